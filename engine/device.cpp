@@ -1,0 +1,74 @@
+// Device discovery and copies; the CUDA calls live in kernels/cuda and are linked only
+// in a CUDA build.
+#include "engine/device.h"
+
+#include <cstdlib>
+
+#include "engine/error.h"
+
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace engine {
+
+bool cuda_built() {
+#ifdef ENGINE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count(std::string* why) {
+#ifdef ENGINE_WITH_CUDA
+  return kernels::cuda::device_count(why);
+#else
+  if (why) *why = "this build has no CUDA backend (configured with ENGINE_CUDA=OFF or no toolkit found)";
+  return 0;
+#endif
+}
+
+Device parse_device(const std::string& spec) {
+  if (spec == "cpu") return Device::cpu();
+  if (spec == "auto") {
+    std::string why;
+    return cuda_device_count(&why) > 0 ? Device::cuda(0) : Device::cpu();
+  }
+  if (spec.rfind("cuda", 0) == 0) {
+    int index = 0;
+    if (spec.size() > 4) {
+      ENGINE_CHECK(spec[4] == ':' && spec.size() > 5 &&
+                       spec.find_first_not_of("0123456789", 5) == std::string::npos,
+                   "bad device '" << spec << "' (expected auto, cpu, cuda or cuda:N)");
+      index = std::atoi(spec.c_str() + 5);
+    }
+    std::string why;
+    const int n = cuda_device_count(&why);
+    ENGINE_CHECK(n > 0, "no CUDA device found: " << why);
+    ENGINE_CHECK(index < n, "no CUDA device " << index << " (" << n << " present)");
+    return Device::cuda(index);
+  }
+  ENGINE_FAIL("bad device '" << spec << "' (expected auto, cpu, cuda or cuda:N)");
+}
+
+void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::copy(dst, dst_dev.is_cuda(), src, src_dev.is_cuda(), bytes);
+#else
+  (void)dst; (void)src; (void)bytes;
+  ENGINE_FAIL("copy between " << src_dev.str() << " and " << dst_dev.str() << " needs the CUDA backend");
+#endif
+}
+
+void device_memset_zero(void* dst, Device dev, size_t bytes) {
+#ifdef ENGINE_WITH_CUDA
+  (void)dev;
+  kernels::cuda::memset_zero(dst, bytes);
+#else
+  (void)dst; (void)bytes;
+  ENGINE_FAIL("memset on " << dev.str() << " needs the CUDA backend");
+#endif
+}
+
+}  // namespace engine

@@ -1,0 +1,20 @@
+// Which devices exist and the raw copies between them. Without a CUDA build (or without
+// a GPU) the CUDA functions say why instead of crashing.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "engine/allocator.h"
+
+namespace engine {
+
+bool cuda_built();                        // compiled with the CUDA backend
+int cuda_device_count(std::string* why);  // 0 with the reason when there is none
+// "auto" -> cuda:0 when a device is present, else cpu; "cpu"; "cuda" or "cuda:N".
+Device parse_device(const std::string& spec);
+
+void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
+void device_memset_zero(void* dst, Device dev, size_t bytes);
+
+}  // namespace engine

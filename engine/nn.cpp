@@ -1,0 +1,191 @@
+// Module bookkeeping (parameters, modes, compute copies) and the layers' forward passes.
+#include "engine/nn.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/random.h"
+
+namespace engine {
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, ParamPtr>>& out) const {
+  for (const auto& p : params_) out.emplace_back(prefix + p->name, p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, ParamPtr>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, ParamPtr>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<ParamPtr> Module::parameters() const {
+  std::vector<ParamPtr> out;
+  for (auto& np : named_parameters()) out.push_back(np.second);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p->master.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+ParamPtr Module::add_parameter(const std::string& name, Tensor init, bool follows_compute_dtype) {
+  auto p = std::make_shared<Parameter>();
+  p->name = name;
+  p->master = Tensor::empty(init.shape(), init.dtype(), init.device(), MemKind::Weights);
+  p->master.copy_from(init);
+  p->master.set_requires_grad(true);
+  p->value = p->master;
+  p->follows_compute_dtype = follows_compute_dtype;
+  params_.push_back(p);
+  return p;
+}
+
+void Module::add_module(const std::string& name, std::shared_ptr<Module> m) {
+  ENGINE_CHECK(m != nullptr, "add_module: null module '" << name << "'");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::set_compute_dtype(DType dtype) {
+  ENGINE_CHECK(is_floating(dtype), "set_compute_dtype: " << dtype_name(dtype) << " is not a floating dtype");
+  for (auto& p : parameters()) {
+    if (!p->follows_compute_dtype || p->master.dtype() == dtype) {
+      p->value = p->master;
+      p->master.set_requires_grad(true);
+      continue;
+    }
+    p->master.set_requires_grad(false);  // the gradient now arrives on the compute copy
+    MemKindScope kind(MemKind::Weights);
+    NoGradScope no_grad;
+    p->value = Tensor::empty(p->master.shape(), dtype, p->master.device(), MemKind::Weights);
+    p->value.copy_from(cast(p->master, dtype));
+    p->value.set_requires_grad(true);
+  }
+}
+
+void Module::zero_grad() {
+  for (auto& p : parameters()) p->value.zero_grad();
+}
+
+void Module::to(Device d) {
+  for (auto& p : params_) {
+    if (p->master.device() == d) continue;
+    const bool separate = !p->value.same_storage(p->master);
+    Tensor m = p->master.to(d);
+    m.set_requires_grad(p->master.requires_grad());
+    Tensor v = separate ? p->value.to(d) : m;
+    if (separate) v.set_requires_grad(true);
+    p->master = m;
+    p->value = v;
+  }
+  for (auto& c : children_) c.second->to(d);
+}
+
+namespace {
+Tensor fan_in_uniform(const Shape& shape, int64_t fan_in) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return uniform(shape, -bound, bound, DType::F32);
+}
+}  // namespace
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t pad_, bool with_bias)
+    : stride(stride_), pad(pad_) {
+  ENGINE_CHECK(in > 0 && out > 0 && kernel > 0, "Conv2d: bad sizes in=" << in << " out=" << out << " kernel=" << kernel);
+  const int64_t fan_in = in * kernel * kernel;
+  weight = add_parameter("weight", fan_in_uniform({out, kernel, kernel, in}, fan_in));
+  if (with_bias) bias = add_parameter("bias", fan_in_uniform({out}, fan_in));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight->value, bias ? bias->value : Tensor(), stride, pad);
+}
+
+std::string Conv2d::describe() const {
+  std::ostringstream os;
+  const Shape& s = weight->master.shape();
+  os << "Conv2d(" << s[3] << "->" << s[0] << ", " << s[1] << "x" << s[2] << ", stride " << stride << ", pad " << pad
+     << (bias ? "" : ", no bias") << ")";
+  return os.str();
+}
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias) {
+  ENGINE_CHECK(in > 0 && out > 0, "Linear: bad sizes in=" << in << " out=" << out);
+  weight = add_parameter("weight", fan_in_uniform({out, in}, in));
+  if (with_bias) bias = add_parameter("bias", fan_in_uniform({out}, in));
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight->value, bias ? bias->value : Tensor()); }
+
+std::string Linear::describe() const {
+  const Shape& s = weight->master.shape();
+  return "Linear(" + std::to_string(s[1]) + "->" + std::to_string(s[0]) + (bias ? ")" : ", no bias)");
+}
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double momentum_, double eps_) : momentum(momentum_), eps(eps_) {
+  ENGINE_CHECK(channels > 0, "BatchNorm2d: bad channel count " << channels);
+  gamma = add_parameter("weight", Tensor::full({channels}, 1.0, DType::F32), false);
+  beta = add_parameter("bias", Tensor::zeros({channels}, DType::F32), false);
+  running_mean = Tensor::empty({channels}, DType::F32, Device::cpu(), MemKind::Weights);
+  running_mean.zero();
+  running_var = Tensor::empty({channels}, DType::F32, Device::cpu(), MemKind::Weights);
+  running_var.fill(1.0);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  return batch_norm(x, gamma->value, beta->value, running_mean, running_var, training_, momentum, eps);
+}
+
+std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(running_mean.numel()) + ")"; }
+
+void BatchNorm2d::to(Device d) {
+  Module::to(d);
+  if (running_mean.device() != d) {
+    running_mean = running_mean.to(d);
+    running_var = running_var.to(d);
+  }
+}
+
+std::string MaxPool2d::describe() const {
+  return "MaxPool2d(" + std::to_string(kernel) + ", stride " + std::to_string(stride) + ")";
+}
+
+Dropout::Dropout(double p_) : p(p_), seed(next_seed()) {
+  ENGINE_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability " << p << " is outside [0, 1)");
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!training_ || p == 0.0) return x;
+  return dropout(x, p, seed, calls++);
+}
+
+std::string Dropout::describe() const {
+  std::ostringstream os;
+  os << "Dropout(" << p << ")";
+  return os.str();
+}
+
+Sequential& Sequential::add(std::shared_ptr<Module> m) {
+  add_module(std::to_string(children_.size()), std::move(m));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& c : children_) h = c.second->forward(h);
+  return h;
+}
+
+std::string Sequential::describe() const {
+  std::string s = "Sequential(\n";
+  for (const auto& [name, c] : children_) s += "  (" + name + "): " + c->describe() + "\n";
+  return s + ")";
+}
+
+}  // namespace engine

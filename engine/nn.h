@@ -1,0 +1,141 @@
+// Modules: named parameters (an FP32 master and the compute copy forward reads),
+// train/eval mode, the layers a CIFAR-10 CNN needs, and Sequential.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ops.h"
+
+namespace engine {
+
+// The optimizer updates `master` (FP32; FP64 in gradient checks). Forward reads `value`:
+// in FP32 mode the same tensor, in FP16/BF16 mode a compute copy that the optimizer
+// rewrites after each update, so forward never casts a weight per use. The gradient
+// arrives on `value`, in its dtype.
+struct Parameter {
+  std::string name;  // local ("weight"); Module::named_parameters() gives the full path
+  Tensor master;
+  Tensor value;
+  bool follows_compute_dtype = true;  // false for batch-norm parameters: they stay FP32
+  Tensor grad() const { return value.grad(); }
+};
+using ParamPtr = std::shared_ptr<Parameter>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  virtual std::string describe() const = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Every parameter of this module and its children; named ones are keyed like "0.weight".
+  std::vector<ParamPtr> parameters() const;
+  std::vector<std::pair<std::string, ParamPtr>> named_parameters() const;
+  int64_t num_parameters() const;
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+  // Gives parameters that follow the compute dtype a compute copy of that dtype (or makes
+  // the master itself the value when the dtype is the master's).
+  void set_compute_dtype(DType dtype);
+  void zero_grad();
+  // Moves parameters and buffers to a device (CPU only in this build's ops).
+  virtual void to(Device d);
+
+ protected:
+  ParamPtr add_parameter(const std::string& name, Tensor init, bool follows_compute_dtype = true);
+  void add_module(const std::string& name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, ParamPtr>>& out) const;
+
+  std::vector<ParamPtr> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// PyTorch's default initialisation for both: weights and biases uniform in +-1/sqrt(fan_in).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t pad = 0, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  ParamPtr weight, bias;  // weight KRSC [out, k, k, in]
+  int64_t stride, pad;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  ParamPtr weight, bias;  // weight [out, in]
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  void to(Device d) override;
+  ParamPtr gamma, beta;
+  Tensor running_mean, running_var;  // buffers, FP32
+  double momentum, eps;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string describe() const override { return "ReLU"; }
+};
+
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+  std::string describe() const override { return "GELU"; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t pad = 0)
+      : kernel(kernel), stride(stride < 0 ? kernel : stride), pad(pad) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, pad); }
+  std::string describe() const override;
+  int64_t kernel, stride, pad;
+};
+
+class GlobalAvgPool : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return global_avg_pool(x); }
+  std::string describe() const override { return "GlobalAvgPool"; }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return flatten(x); }
+  std::string describe() const override { return "Flatten"; }
+};
+
+// Identity in eval mode. Each training call uses the next stream of its own seed, so masks
+// differ per step yet replay exactly from (seed, calls).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  double p;
+  uint64_t seed;
+  uint64_t calls = 0;
+};
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential& add(std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  size_t size() const { return children_.size(); }
+};
+
+}  // namespace engine

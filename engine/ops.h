@@ -1,0 +1,54 @@
+// The differentiable ops. Each checks its inputs (naming the op, shapes and dtypes),
+// runs the kernel for the tensors' device, and, when a tape is recording and an input
+// needs a gradient, records its backward, written right beside its forward.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tape.h"
+#include "engine/tensor.h"
+
+namespace engine {
+
+// x [N,H,W,C], w [K,R,S,C], bias [K] or undefined -> [N,OH,OW,K]. Same dtype throughout.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t pad = 0);
+// x [N,in], w [out,in] (PyTorch's layout), bias [out] or undefined -> [N,out].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact erf form
+Tensor add(const Tensor& a, const Tensor& b);  // same shape (the residual add)
+Tensor scale(const Tensor& x, double s);
+Tensor cast(const Tensor& x, DType dtype);     // backward casts the gradient back
+// Inverted dropout: zeroes with probability p, scales the rest by 1/(1-p). The mask is
+// Philox(seed, stream, index): recomputed in backward, identical on CPU and GPU.
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream);
+
+Tensor reshape(const Tensor& x, const Shape& shape);  // a view; backward reshapes back
+Tensor flatten(const Tensor& x);                      // [N, ...] -> [N, rest]
+
+// x [N,H,W,C]; windows that overhang by at most pad; ties go to the first maximum.
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad = 0);
+Tensor global_avg_pool(const Tensor& x);  // [N,H,W,C] -> [N,C]
+
+// x [N,H,W,C] (or [N,C]) in any float dtype; gamma, beta and the running statistics are
+// FP32 (FP64 for FP64 x). Training uses batch statistics and updates the running ones.
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+
+// Mean cross-entropy of logits [N,K] (any float dtype) against I32 labels [N], with label
+// smoothing; computed in FP32 (FP64 for FP64 logits) and returned as a 1-element FP32/FP64 tensor.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0);
+
+// Sum of all elements in the accumulation type (FP32 or FP64), as a 1-element tensor.
+Tensor sum(const Tensor& x);
+
+// dst += src in place, not recorded (gradient accumulation).
+void add_into(Tensor& dst, const Tensor& src);
+
+// Shared argument checks, used by ops and modules.
+void check_defined(const char* op, const Tensor& t, const char* what);
+void check_float(const char* op, const Tensor& t, const char* what);
+void check_same_dtype_device(const char* op, const Tensor& a, const Tensor& b);
+
+}  // namespace engine

@@ -1,0 +1,96 @@
+// conv2d and linear: the GEMM-shaped ops (compute dtype in, FP32 accumulation inside).
+#include "engine/ops.h"
+#include "engine/ops_internal.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/gemm.h"
+
+namespace engine {
+
+namespace kc = kernels::cpu;
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t pad) {
+  check_float("conv2d", x, "input");
+  check_float("conv2d", w, "weight");
+  check_same_dtype_device("conv2d", x, w);
+  ENGINE_CHECK(x.ndim() == 4, "conv2d: input must be NHWC (4-D), got " << x.desc());
+  ENGINE_CHECK(w.ndim() == 4, "conv2d: weight must be KRSC (4-D), got " << w.desc());
+  ENGINE_CHECK(w.dim(3) == x.dim(3), "conv2d: input " << shape_str(x.shape()) << " has " << x.dim(3)
+                                                      << " channels but weight " << shape_str(w.shape())
+                                                      << " expects " << w.dim(3));
+  ENGINE_CHECK(stride >= 1 && pad >= 0, "conv2d: bad stride " << stride << " or padding " << pad);
+  kc::Conv2dShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2), stride, pad};
+  ENGINE_CHECK(x.dim(1) + 2 * pad >= w.dim(1) && x.dim(2) + 2 * pad >= w.dim(2),
+               "conv2d: kernel " << w.dim(1) << "x" << w.dim(2) << " larger than padded input " << shape_str(x.shape()));
+  if (bias.defined()) {
+    check_same_dtype_device("conv2d", x, bias);
+    ENGINE_CHECK(bias.shape() == Shape{w.dim(0)}, "conv2d: bias " << shape_str(bias.shape()) << " for "
+                                                                   << w.dim(0) << " output channels");
+  }
+  require_cpu("conv2d", x);
+  Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.k}, x.dtype(), x.device());
+  ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d", T,
+                        kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                           y.data<T>()));
+  if (should_record({&x, &w, &bias})) {
+    active_tape()->record("conv2d", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx, gw, gb;
+      if (x.requires_grad()) {
+        gx = like(x);
+        ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
+                              kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
+      }
+      if (w.requires_grad() || bias.requires_grad()) {
+        gw = like(w);
+        if (bias.defined()) gb = like(bias);
+        ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
+                              kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
+                                                         gb.defined() ? gb.data<T>() : nullptr));
+      }
+      return {gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_float("linear", x, "input");
+  check_float("linear", w, "weight");
+  check_same_dtype_device("linear", x, w);
+  ENGINE_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1),
+               "linear: input " << shape_str(x.shape()) << " does not match weight " << shape_str(w.shape())
+                                << " (expected [N," << (w.ndim() == 2 ? w.dim(1) : -1) << "] input and [out,in] weight)");
+  if (bias.defined()) {
+    check_same_dtype_device("linear", x, bias);
+    ENGINE_CHECK(bias.shape() == Shape{w.dim(0)}, "linear: bias " << shape_str(bias.shape()) << " for "
+                                                                   << w.dim(0) << " outputs");
+  }
+  require_cpu("linear", x);
+  // A linear layer is a 1x1 convolution over a 1x1 image: reuse its kernels, bias and all.
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  kc::Conv2dShape sh{n, 1, 1, in, out, 1, 1, 1, 0};
+  Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
+  ENGINE_DISPATCH_FLOAT(x.dtype(), "linear", T,
+                        kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                           y.data<T>()));
+  if (should_record({&x, &w, &bias})) {
+    active_tape()->record("linear", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx, gw, gb;
+      if (x.requires_grad()) {
+        gx = like(x);
+        ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
+                              kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
+      }
+      if (w.requires_grad() || bias.requires_grad()) {
+        gw = like(w);
+        if (bias.defined()) gb = like(bias);
+        ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
+                              kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
+                                                         gb.defined() ? gb.data<T>() : nullptr));
+      }
+      return {gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+}  // namespace engine

@@ -1,0 +1,101 @@
+// Pooling and batch-norm (statistics and affine parameters in FP32 whatever the data dtype).
+#include "engine/ops.h"
+#include "engine/ops_internal.h"
+#include "kernels/cpu/batchnorm.h"
+#include "kernels/cpu/pool.h"
+
+namespace engine {
+
+namespace kc = kernels::cpu;
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) {
+  check_float("max_pool2d", x, "input");
+  ENGINE_CHECK(x.ndim() == 4, "max_pool2d: input must be NHWC (4-D), got " << x.desc());
+  ENGINE_CHECK(kernel >= 1 && stride >= 1 && pad >= 0 && 2 * pad <= kernel,
+               "max_pool2d: bad kernel " << kernel << ", stride " << stride << ", padding " << pad
+                                         << " (padding must be at most half the kernel)");
+  ENGINE_CHECK(x.dim(1) + 2 * pad >= kernel && x.dim(2) + 2 * pad >= kernel,
+               "max_pool2d: kernel " << kernel << " larger than padded input " << shape_str(x.shape()));
+  require_cpu("max_pool2d", x);
+  kc::Pool2dShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel, stride, pad};
+  Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.c}, x.dtype(), x.device());
+  Tensor argmax = Tensor::empty(y.shape(), DType::I32, x.device());
+  ENGINE_DISPATCH_FLOAT(x.dtype(), "max_pool2d", T,
+                        kc::maxpool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<int32_t>()));
+  if (should_record({&x})) {
+    active_tape()->record("max_pool2d", {x}, y, [x, argmax, sh](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = Tensor::zeros(x.shape(), x.dtype(), x.device());
+      ENGINE_DISPATCH_FLOAT(x.dtype(), "max_pool2d backward", T,
+                            kc::maxpool2d_backward(sh, gy.data<T>(), argmax.data<int32_t>(), gx.data<T>()));
+      return {gx};
+    });
+  }
+  return y;
+}
+
+Tensor global_avg_pool(const Tensor& x) {
+  check_float("global_avg_pool", x, "input");
+  ENGINE_CHECK(x.ndim() == 4, "global_avg_pool: input must be NHWC (4-D), got " << x.desc());
+  require_cpu("global_avg_pool", x);
+  const int64_t n = x.dim(0), hw = x.dim(1) * x.dim(2), c = x.dim(3);
+  Tensor y = Tensor::empty({n, c}, x.dtype(), x.device());
+  ENGINE_DISPATCH_FLOAT(x.dtype(), "global_avg_pool", T,
+                        kc::global_avgpool_forward(n, hw, c, x.data<T>(), y.data<T>()));
+  if (should_record({&x})) {
+    active_tape()->record("global_avg_pool", {x}, y, [x, n, hw, c](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = like(x);
+      ENGINE_DISPATCH_FLOAT(x.dtype(), "global_avg_pool backward", T,
+                            kc::global_avgpool_backward(n, hw, c, gy.data<T>(), gx.data<T>()));
+      return {gx};
+    });
+  }
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                  Tensor& running_var, bool training, double momentum, double eps) {
+  check_float("batch_norm", x, "input");
+  ENGINE_CHECK(x.ndim() == 4 || x.ndim() == 2, "batch_norm: input must be NHWC or [N,C], got " << x.desc());
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const DType pd = acc_dtype(x.dtype());
+  for (const Tensor* p : {&gamma, &beta, const_cast<const Tensor*>(&running_mean), const_cast<const Tensor*>(&running_var)}) {
+    check_float("batch_norm", *p, "parameter");
+    ENGINE_CHECK(p->dtype() == pd && p->shape() == Shape{c} && p->device() == x.device(),
+                 "batch_norm: parameters and statistics must be " << dtype_name(pd) << "[" << c << "] on "
+                                                                  << x.device().str() << ", got " << p->desc());
+  }
+  ENGINE_CHECK(!training || rows > 1, "batch_norm: training needs more than one value per channel, got " << x.desc());
+  require_cpu("batch_norm", x);
+  Tensor y = like(x);
+  Tensor mean = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  Tensor invstd = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  ENGINE_DISPATCH_FLOAT(x.dtype(), "batch_norm", T, {
+    using P = kernels::acc_t<T>;
+    if (training) {
+      kc::batchnorm_forward_train<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps), P(momentum),
+                                        running_mean.data<P>(), running_var.data<P>(), mean.data<P>(),
+                                        invstd.data<P>(), y.data<T>());
+    } else {
+      mean.copy_from(running_mean);
+      kc::batchnorm_forward_eval<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps),
+                                       running_mean.data<P>(), running_var.data<P>(), invstd.data<P>(), y.data<T>());
+    }
+  });
+  if (should_record({&x, &gamma, &beta})) {
+    active_tape()->record("batch_norm", {x, gamma, beta}, y,
+                          [x, gamma, mean, invstd, training, rows, c](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = x.requires_grad() ? like(x) : Tensor();
+      Tensor ggamma = like(gamma), gbeta = like(gamma);
+      ENGINE_DISPATCH_FLOAT(x.dtype(), "batch_norm backward", T, {
+        using P = kernels::acc_t<T>;
+        kc::batchnorm_backward<T, P>(rows, c, x.data<T>(), gy.data<T>(), gamma.data<P>(), mean.data<P>(),
+                                     invstd.data<P>(), training, gx.defined() ? gx.data<T>() : nullptr,
+                                     ggamma.data<P>(), gbeta.data<P>());
+      });
+      return {gx, ggamma, gbeta};
+    });
+  }
+  return y;
+}
+
+}  // namespace engine

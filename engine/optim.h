@@ -1,0 +1,61 @@
+// Optimizers over Parameters: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
+// State is FP32 (like the masters); each step is one fused pass per parameter.
+#pragma once
+
+#include <vector>
+
+#include "engine/nn.h"
+#include "kernels/optim_math.h"
+
+namespace engine {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<ParamPtr> params, double lr);
+  virtual ~Optimizer() = default;
+
+  // One update from the gradients on each parameter's value, each multiplied by inv_scale
+  // (1/loss scale) in FP32 first. When any gradient holds inf or NaN nothing changes -
+  // weights, state, step count - and it returns false (the loss scaler then backs off).
+  bool step(double inv_scale = 1.0);
+  void zero_grad();
+  int64_t steps() const { return steps_; }
+  const std::vector<ParamPtr>& params() const { return params_; }
+
+  double lr;
+
+ protected:
+  // Updates parameter i; `g` is its gradient, already checked finite.
+  virtual void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) = 0;
+  Tensor state_like(const Parameter& p) const;  // zeros shaped like the master, FP32, counted as optimizer state
+
+  std::vector<ParamPtr> params_;
+  int64_t steps_ = 0;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamPtr> params, double lr, double momentum = 0.0, double weight_decay = 0.0,
+      bool nesterov = false, double dampening = 0.0);
+  double momentum, weight_decay, dampening;
+  bool nesterov;
+  std::vector<Tensor> momentum_buffers;  // undefined until the first step (or without momentum)
+
+ protected:
+  void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
+};
+
+// decoupled = false: Adam with L2 weight decay; true: AdamW.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<ParamPtr> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+       double weight_decay = 0.0, bool decoupled = false);
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+
+ protected:
+  void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
+};
+
+}  // namespace engine

@@ -1,0 +1,92 @@
+// Tape recording and the reverse walk that accumulates gradients.
+#include "engine/tape.h"
+
+#include "engine/ops.h"
+
+namespace engine {
+
+namespace {
+thread_local Tape* t_active_tape = nullptr;
+}
+
+Tape* active_tape() { return t_active_tape; }
+
+TapeScope::TapeScope(Tape& tape) : saved_(t_active_tape) { t_active_tape = &tape; }
+TapeScope::~TapeScope() { t_active_tape = saved_; }
+NoGradScope::NoGradScope() : saved_(t_active_tape) { t_active_tape = nullptr; }
+NoGradScope::~NoGradScope() { t_active_tape = saved_; }
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+  if (!t_active_tape) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void Tape::record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward) {
+  output.impl()->requires_grad = true;
+  output.impl()->from_op = true;
+  entries_.push_back(Entry{op, std::move(inputs), output.shared_impl(), std::move(backward)});
+}
+
+void Tape::backward(const Tensor& root, const Tensor& grad_root) {
+  ENGINE_CHECK(root.defined() && root.requires_grad(),
+               "backward: the root tensor does not require grad (was a tape open, and does it depend on a parameter?)");
+  Tensor seed = grad_root;
+  if (!seed.defined()) {
+    ENGINE_CHECK(root.numel() == 1, "backward: root " << root.desc() << " is not a scalar; pass its gradient");
+    seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
+  }
+  ENGINE_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(),
+               "backward: gradient " << seed.desc() << " does not match root " << root.desc());
+
+  // Gradients of non-leaf tensors, keyed by identity, dropped as soon as they are consumed.
+  std::unordered_map<const TensorImpl*, Tensor> pending;
+  auto accumulate = [&](const Tensor& x, const Tensor& g, const char* op) {
+    ENGINE_CHECK(g.shape() == x.shape() && g.dtype() == x.dtype(),
+                 "backward of " << op << ": gradient " << g.desc() << " for input " << x.desc());
+    if (x.is_leaf()) {
+      Tensor kept = x.grad();
+      if (!kept.defined()) {
+        kept = Tensor::empty(x.shape(), x.dtype(), x.device(), MemKind::Gradients);
+        kept.copy_from(g);
+        const_cast<Tensor&>(x).set_grad(kept);
+      } else {
+        add_into(kept, g);  // gradients of leaves persist and sum until zeroed
+      }
+      return;
+    }
+    auto it = pending.find(x.impl());
+    if (it == pending.end()) {
+      pending.emplace(x.impl(), g);
+    } else {
+      it->second = add(it->second, g);  // out of place: g may be shared with another input
+    }
+  };
+
+  if (root.is_leaf()) {
+    accumulate(root, seed, "root");
+    entries_.clear();
+    return;
+  }
+  pending.emplace(root.impl(), seed);
+  for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
+    std::shared_ptr<TensorImpl> out = e->output.lock();
+    if (!out) continue;
+    auto it = pending.find(out.get());
+    if (it == pending.end()) continue;
+    Tensor grad_out = std::move(it->second);
+    pending.erase(it);
+    std::vector<Tensor> grads = e->backward(grad_out);
+    ENGINE_CHECK(grads.size() == e->inputs.size(), "backward of " << e->op << " returned " << grads.size()
+                                                                  << " gradients for " << e->inputs.size() << " inputs");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined() && e->inputs[i].requires_grad()) accumulate(e->inputs[i], grads[i], e->op);
+    }
+    e->backward = nullptr;  // frees the saved tensors now, not at the end
+    e->inputs.clear();
+  }
+  entries_.clear();
+}
+
+}  // namespace engine

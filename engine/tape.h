@@ -1,0 +1,70 @@
+// The autograd tape: while a TapeScope is open, every op whose inputs need gradients
+// records one entry (inputs, output, backward closure); backward() walks them in reverse.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace engine {
+
+// Given the gradient of the op's output, returns one gradient per input (undefined where
+// the input needs none). Saved tensors are captured by the closure and freed with it.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+class Tape {
+ public:
+  struct Entry {
+    const char* op;
+    std::vector<Tensor> inputs;
+    std::weak_ptr<TensorImpl> output;  // weak: an output nobody uses gets no gradient
+    BackwardFn backward;
+  };
+
+  void record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward);
+
+  // Seeds d(root) = grad_root (ones when undefined; root must then have one element),
+  // runs every entry in reverse, accumulates leaf gradients into Tensor::grad(), and
+  // frees each entry's saved tensors as soon as it has run. The tape is empty afterwards.
+  void backward(const Tensor& root, const Tensor& grad_root = Tensor());
+
+  void clear() { entries_.clear(); }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// The tape ops record into, or nullptr (inference: nothing recorded).
+Tape* active_tape();
+
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* saved_;
+};
+
+// Like torch.no_grad(): nothing is recorded inside, even with a tape open.
+class NoGradScope {
+ public:
+  NoGradScope();
+  ~NoGradScope();
+  NoGradScope(const NoGradScope&) = delete;
+  NoGradScope& operator=(const NoGradScope&) = delete;
+
+ private:
+  Tape* saved_;
+};
+
+// True when an op with these inputs must record itself.
+bool should_record(std::initializer_list<const Tensor*> inputs);
+
+}  // namespace engine

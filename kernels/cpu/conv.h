@@ -1,0 +1,203 @@
+// CPU reference 2-D convolution: activations NHWC, filters KRSC (out, kh, kw, in).
+// im2col turns each output pixel's receptive field into one contiguous row (in NHWC each
+// (r, s) tap is a contiguous run of C values), then one GEMM per chunk of whole images.
+// Arithmetic is in A = acc_t<T>: FP16/BF16 data is widened once and rounded once.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/convert.h"
+#include "kernels/numeric.h"
+
+namespace kernels::cpu {
+
+struct Conv2dShape {
+  int64_t n, h, w, c;        // input NHWC
+  int64_t k, r, s;           // filters KRSC (k outputs, r x s taps)
+  int64_t stride = 1, pad = 0;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
+  int64_t patch() const { return r * s * c; }  // one im2col row
+  bool pointwise() const { return r == 1 && s == 1 && stride == 1 && pad == 0; }
+};
+
+namespace detail {
+
+// How many images one im2col chunk holds: about 8 MB of column buffer, at least one image.
+inline int64_t images_per_chunk(const Conv2dShape& sh) {
+  const int64_t per_image = sh.out_h() * sh.out_w() * sh.patch();
+  return std::max<int64_t>(1, (int64_t(1) << 21) / std::max<int64_t>(1, per_image));
+}
+
+// col[(b*OH + i)*OW + j][(r*S + s)*C + c] = x[b, i*stride - pad + r, j*stride - pad + s, c] or 0.
+template <class T, class A>
+void im2col(const Conv2dShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
+  const int64_t oh = sh.out_h(), ow = sh.out_w(), patch = sh.patch();
+#pragma omp parallel for collapse(2) if (nb * oh > 8)
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        A* row = col + ((b * oh + i) * ow + j) * patch;
+        for (int64_t r = 0; r < sh.r; ++r) {
+          const int64_t ih = i * sh.stride - sh.pad + r;
+          for (int64_t s = 0; s < sh.s; ++s) {
+            const int64_t iw = j * sh.stride - sh.pad + s;
+            A* dst = row + (r * sh.s + s) * sh.c;
+            if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) {
+              std::fill(dst, dst + sh.c, A(0));
+            } else {
+              const T* src = x + (((b0 + b) * sh.h + ih) * sh.w + iw) * sh.c;
+              if constexpr (std::is_same_v<T, A>) std::memcpy(dst, src, sizeof(A) * sh.c);
+              else for (int64_t ch = 0; ch < sh.c; ++ch) dst[ch] = convert<A>(src[ch]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds each column entry back into its input pixel. Images are
+// independent, so threads split by image and never write the same pixel.
+template <class A>
+void col2im_add(const Conv2dShape& sh, const A* col, int64_t b0, int64_t nb, A* gx) {
+  const int64_t oh = sh.out_h(), ow = sh.out_w(), patch = sh.patch();
+#pragma omp parallel for if (nb > 1)
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        const A* row = col + ((b * oh + i) * ow + j) * patch;
+        for (int64_t r = 0; r < sh.r; ++r) {
+          const int64_t ih = i * sh.stride - sh.pad + r;
+          if (ih < 0 || ih >= sh.h) continue;
+          for (int64_t s = 0; s < sh.s; ++s) {
+            const int64_t iw = j * sh.stride - sh.pad + s;
+            if (iw < 0 || iw >= sh.w) continue;
+            const A* src = row + (r * sh.s + s) * sh.c;
+            A* dst = gx + (((b0 + b) * sh.h + ih) * sh.w + iw) * sh.c;
+            for (int64_t ch = 0; ch < sh.c; ++ch) dst[ch] += src[ch];
+          }
+        }
+      }
+    }
+  }
+}
+
+// A widened copy of a T buffer (or the buffer itself when T is already A).
+template <class T, class A>
+const A* widen(const T* p, int64_t n, std::vector<A>& storage) {
+  if constexpr (std::is_same_v<T, A>) {
+    return p;
+  } else {
+    storage.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) storage[i] = convert<A>(p[i]);
+    return storage.data();
+  }
+}
+
+}  // namespace detail
+
+// y[N,OH,OW,K] = conv(x, w) + bias (bias may be null).
+template <class T>
+void conv2d_forward(const Conv2dShape& sh, const T* x, const T* w, const T* bias, T* y) {
+  using A = acc_t<T>;
+  const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
+  std::vector<A> w_store, bias_store, col, out;
+  const A* wa = detail::widen(w, sh.k * patch, w_store);
+  const A* ba = bias ? detail::widen(bias, sh.k, bias_store) : nullptr;
+  const int64_t chunk = detail::images_per_chunk(sh);
+  const bool direct = sh.pointwise() && std::is_same_v<T, A>;  // x is already the im2col matrix
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), rows = nb * rows_per_image;
+    const A* a;
+    if (direct) {
+      a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
+    } else {
+      col.resize(static_cast<size_t>(rows * patch));
+      detail::im2col(sh, x, b0, nb, col.data());
+      a = col.data();
+    }
+    A* dst;
+    if constexpr (std::is_same_v<T, A>) {
+      dst = y + b0 * rows_per_image * sh.k;
+    } else {
+      out.resize(static_cast<size_t>(rows * sh.k));
+      dst = out.data();
+    }
+    gemm<A>(Trans::N, Trans::T, rows, sh.k, patch, 1.0f, a, patch, wa, patch, 0.0f, dst, sh.k);
+    T* yc = y + b0 * rows_per_image * sh.k;
+#pragma omp parallel for if (rows * sh.k > (1 << 15))
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t o = 0; o < sh.k; ++o) {
+        const A v = dst[i * sh.k + o] + (ba ? ba[o] : A(0));
+        yc[i * sh.k + o] = from_acc<T>(v);
+      }
+  }
+}
+
+// gx = conv-transpose(gy, w): the gradient with respect to the input.
+template <class T>
+void conv2d_backward_data(const Conv2dShape& sh, const T* gy, const T* w, T* gx) {
+  using A = acc_t<T>;
+  const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
+  const int64_t in_elems = sh.n * sh.h * sh.w * sh.c;
+  std::vector<A> w_store, gy_store, col, gx_store;
+  const A* wa = detail::widen(w, sh.k * patch, w_store);
+  A* gxa;
+  if constexpr (std::is_same_v<T, A>) gxa = gx;
+  else { gx_store.resize(static_cast<size_t>(in_elems)); gxa = gx_store.data(); }
+  const int64_t chunk = detail::images_per_chunk(sh);
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), rows = nb * rows_per_image;
+    const A* gya = detail::widen(gy + b0 * rows_per_image * sh.k, rows * sh.k, gy_store);
+    if (sh.pointwise()) {  // the input gradient is the column gradient itself
+      gemm<A>(Trans::N, Trans::N, rows, sh.c, sh.k, 1.0f, gya, sh.k, wa, patch, 0.0f,
+              gxa + b0 * rows_per_image * sh.c, sh.c);
+      continue;
+    }
+    col.resize(static_cast<size_t>(rows * patch));
+    gemm<A>(Trans::N, Trans::N, rows, patch, sh.k, 1.0f, gya, sh.k, wa, patch, 0.0f, col.data(), patch);
+    A* gx_chunk = gxa + b0 * sh.h * sh.w * sh.c;
+    std::fill(gx_chunk, gx_chunk + nb * sh.h * sh.w * sh.c, A(0));
+    detail::col2im_add(sh, col.data(), b0, nb, gxa);
+  }
+  if constexpr (!std::is_same_v<T, A>)
+    for (int64_t i = 0; i < in_elems; ++i) gx[i] = from_acc<T>(gxa[i]);
+}
+
+// gw[K, R*S*C] = sum over output pixels of gy^T * im2col(x); gbias[K] = sum of gy (if non-null).
+// The sums over all chunks stay in A and are rounded to T once.
+template <class T>
+void conv2d_backward_filter(const Conv2dShape& sh, const T* x, const T* gy, T* gw, T* gbias) {
+  using A = acc_t<T>;
+  const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
+  std::vector<A> gy_store, col, gwa(static_cast<size_t>(sh.k * patch), A(0)), gba(static_cast<size_t>(sh.k), A(0));
+  const int64_t chunk = detail::images_per_chunk(sh);
+  const bool direct = sh.pointwise() && std::is_same_v<T, A>;
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), rows = nb * rows_per_image;
+    const A* gya = detail::widen(gy + b0 * rows_per_image * sh.k, rows * sh.k, gy_store);
+    const A* a;
+    if (direct) {
+      a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
+    } else {
+      col.resize(static_cast<size_t>(rows * patch));
+      detail::im2col(sh, x, b0, nb, col.data());
+      a = col.data();
+    }
+    gemm<A>(Trans::T, Trans::N, sh.k, patch, rows, 1.0f, gya, sh.k, a, patch, 1.0f, gwa.data(), patch);
+    if (gbias)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t o = 0; o < sh.k; ++o) gba[o] += gya[i * sh.k + o];
+  }
+  for (int64_t i = 0; i < sh.k * patch; ++i) gw[i] = from_acc<T>(gwa[i]);
+  if (gbias)
+    for (int64_t o = 0; o < sh.k; ++o) gbias[o] = from_acc<T>(gba[o]);
+}
+
+}  // namespace kernels::cpu

@@ -1,0 +1,57 @@
+// CPU reference element-wise kernels over raw pointers, templated over the storage type T:
+// math in acc_t<T>, one rounding on store (as the GPU does).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/convert.h"
+#include "kernels/element_math.h"
+#include "kernels/numeric.h"
+
+namespace kernels::cpu {
+
+// Large loops are split across threads; small ones are not worth waking them.
+constexpr int64_t kParallelMin = 1 << 15;
+
+template <class T> void relu_forward(const T* x, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(relu_fwd<acc_t<T>>(x[i]));
+}
+template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(relu_bwd<acc_t<T>>(x[i], gy[i]));
+}
+template <class T> void gelu_forward(const T* x, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(gelu_fwd<acc_t<T>>(x[i]));
+}
+template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(gelu_bwd<acc_t<T>>(x[i], gy[i]));
+}
+// y = a + b
+template <class T> void add(const T* a, const T* b, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(acc_t<T>(a[i]) + acc_t<T>(b[i]));
+}
+// y = s * x
+template <class T> void scale(const T* x, double s, T* y, int64_t n) {
+  const acc_t<T> sa = static_cast<acc_t<T>>(s);
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(sa * acc_t<T>(x[i]));
+}
+// Conversion between storage types through float (double when either side is double).
+template <class From, class To> void cast(const From* x, To* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = convert<To>(x[i]);
+}
+// y = x * keep(i) / (1 - p); the same function serves forward and backward.
+template <class T> void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  const acc_t<T> inv_keep = acc_t<T>(1) / (acc_t<T>(1) - acc_t<T>(p));
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = dropout_keep(seed, stream, static_cast<uint64_t>(i), p) ? from_acc<T>(acc_t<T>(x[i]) * inv_keep)
+                                                                    : from_acc<T>(acc_t<T>(0));
+}
+
+}  // namespace kernels::cpu

@@ -1,0 +1,85 @@
+// CPU reference pooling over NHWC tensors: max-pool (with the argmax saved for backward)
+// and global average pool. Max ties go to the first maximum in scan order.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/numeric.h"
+
+namespace kernels::cpu {
+
+struct Pool2dShape {
+  int64_t n, h, w, c;         // input NHWC
+  int64_t kernel, stride, pad;
+  int64_t out_h() const { return (h + 2 * pad - kernel) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - kernel) / stride + 1; }
+};
+
+// argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
+template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+  const int64_t oh = s.out_h(), ow = s.out_w();
+#pragma omp parallel for collapse(2) if (s.n * oh > 16)
+  for (int64_t b = 0; b < s.n; ++b) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        const int64_t o = ((b * oh + i) * ow + j) * s.c;
+        for (int64_t ch = 0; ch < s.c; ++ch) {
+          float best = -std::numeric_limits<float>::infinity();
+          int32_t best_at = -1;
+          for (int64_t r = 0; r < s.kernel; ++r) {
+            const int64_t ih = i * s.stride - s.pad + r;
+            if (ih < 0 || ih >= s.h) continue;
+            for (int64_t q = 0; q < s.kernel; ++q) {
+              const int64_t iw = j * s.stride - s.pad + q;
+              if (iw < 0 || iw >= s.w) continue;
+              const float v = static_cast<float>(x[((b * s.h + ih) * s.w + iw) * s.c + ch]);
+              // Strictly greater keeps the first of equal values; a NaN wins and stays.
+              const bool take = best_at < 0 || v > best || (v != v && best == best);
+              if (take) { best = v; best_at = static_cast<int32_t>(ih * s.w + iw); }
+            }
+          }
+          y[o + ch] = x[(b * s.h * s.w + best_at) * s.c + ch];
+          argmax[o + ch] = best_at;
+        }
+      }
+    }
+  }
+}
+
+// gx must be zeroed by the caller; overlapping windows add.
+template <class T> void maxpool2d_backward(const Pool2dShape& s, const T* gy, const int32_t* argmax, T* gx) {
+  const int64_t per_image_out = s.out_h() * s.out_w() * s.c;
+  const int64_t per_image_in = s.h * s.w * s.c;
+#pragma omp parallel for if (s.n > 1)
+  for (int64_t b = 0; b < s.n; ++b) {
+    for (int64_t o = 0; o < per_image_out; ++o) {
+      const int64_t ch = o % s.c;
+      T& dst = gx[b * per_image_in + argmax[b * per_image_out + o] * s.c + ch];
+      dst = from_acc<T>(acc_t<T>(dst) + acc_t<T>(gy[b * per_image_out + o]));
+    }
+  }
+}
+
+// y[n, c] = mean over h, w of x[n, h, w, c], accumulated in acc_t<T>.
+template <class T> void global_avgpool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
+#pragma omp parallel for if (n > 1)
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      acc_t<T> sum = 0;
+      for (int64_t p = 0; p < hw; ++p) sum += acc_t<T>(x[(b * hw + p) * c + ch]);
+      y[b * c + ch] = from_acc<T>(sum / acc_t<T>(hw));
+    }
+  }
+}
+
+template <class T> void global_avgpool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx) {
+#pragma omp parallel for if (n > 1)
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t ch = 0; ch < c; ++ch)
+        gx[(b * hw + p) * c + ch] = from_acc<T>(acc_t<T>(gy[b * c + ch]) / acc_t<T>(hw));
+  }
+}
+
+}  // namespace kernels::cpu

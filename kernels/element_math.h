@@ -1,0 +1,31 @@
+// Element-wise formulas shared by the CPU reference and the CUDA kernels, so both compute
+// exactly the same expression. A is the accumulation type (float, or double for checks).
+#pragma once
+
+#include <cmath>
+
+#include "kernels/hd.h"
+#include "kernels/philox.h"
+
+namespace kernels {
+
+template <class A> ENGINE_HD A relu_fwd(A x) { return x > A(0) ? x : A(0); }
+template <class A> ENGINE_HD A relu_bwd(A x, A gy) { return x > A(0) ? gy : A(0); }
+
+// GELU with the exact erf form (PyTorch's default nn.GELU()).
+template <class A> ENGINE_HD A gelu_fwd(A x) {
+  return A(0.5) * x * (A(1) + erf(x * A(0.70710678118654752440)));
+}
+template <class A> ENGINE_HD A gelu_bwd(A x, A gy) {
+  const A cdf = A(0.5) * (A(1) + erf(x * A(0.70710678118654752440)));
+  const A pdf = exp(A(-0.5) * x * x) * A(0.39894228040143267794);  // 1/sqrt(2 pi)
+  return gy * (cdf + x * pdf);
+}
+
+// Dropout keeps element i when its uniform draw is >= p; the mask is a pure function of
+// (seed, stream, i), so backward and the GPU recompute it instead of storing it.
+ENGINE_HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t i, float p) {
+  return philox_uniform(seed, stream, i) >= p;
+}
+
+}  // namespace kernels

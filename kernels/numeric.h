@@ -1,0 +1,243 @@
+// FP16 and BF16 storage types and their exact conversions, written as bit manipulation so the
+// CPU reference rounds exactly like the GPU. Header-only; compiles with g++ and with nvcc.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/hd.h"
+
+namespace kernels {
+
+// ---- Type punning that works on host and device ----------------------------------------
+// memcpy is the defined way on the host; on the device the intrinsics are free.
+
+ENGINE_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+ENGINE_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+ENGINE_HD uint64_t double_bits(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+// ---- Limits (exact values) ------------------------------------------------------------------
+
+inline constexpr float kHalfMax = 65504.f;                          // (2 - 2^-10) * 2^15
+inline constexpr float kHalfMinNormal = 6.103515625e-05f;           // 2^-14
+inline constexpr float kHalfMinSubnormal = 5.9604644775390625e-08f; // 2^-24
+inline constexpr float kBf16Max = 3.38953138925153547590470800371487867e+38f;  // (2 - 2^-7) * 2^127
+inline constexpr float kBf16MinNormal = 1.17549435082228750796873653722224568e-38f;  // 2^-126
+inline constexpr float kBf16MinSubnormal = 9.18354961579912115600575419704879436e-41f;  // 2^-133
+
+// ---- FP16 <-> FP32 --------------------------------------------------------------------------
+
+// Exact widening. A NaN keeps its payload and gets the quiet bit, as hardware converts.
+ENGINE_HD float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) {  // inf or NaN
+    return bits_float(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u));
+  }
+  if (exp == 0) {
+    if (mant == 0) return bits_float(sign);  // keeps -0
+    // Subnormal m * 2^-24: shift the leading 1 up to the implicit position.
+    uint32_t e = 113;  // float biased exponent of 2^-14
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      --e;
+    }
+    return bits_float(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+  }
+  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));  // rebias 15 -> 127
+}
+
+// One round-to-nearest-even narrowing; overflow to inf from 65520 = 65504 + half an ulp.
+ENGINE_HD uint16_t float_to_half_bits(float f) {
+  const uint32_t x = float_bits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) {  // inf or NaN
+    if (ax == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
+    // Keep the top payload bits and force the quiet bit so a NaN never becomes inf.
+    return static_cast<uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  }
+  // From 65520 on, the rounding below would also give inf, but larger values would overflow
+  // the exponent field, so they are caught here.
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520
+  if (ax >= 0x38800000u) {  // normal half range, >= 2^-14
+    // Add just under half an ulp, plus one if the kept lsb is odd: ties go to even.
+    // A carry out of the mantissa correctly bumps the exponent.
+    const uint32_t rounded = ax + 0xfffu + ((ax >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));  // rebias 127 -> 15
+  }
+  if (ax <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25: tie or less -> 0
+  // Subnormal result: the value in units of 2^-24 is m * 2^(e - 126), e in [102, 112].
+  const uint32_t e = ax >> 23;
+  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126u - e;  // 14 .. 24
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1u);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;  // q == 1024 encodes 2^-14: right
+  return static_cast<uint16_t>(sign | q);
+}
+
+// ---- BF16 <-> FP32 --------------------------------------------------------------------------
+
+// BF16 is the top half of a float, so widening is a shift (a NaN stays a NaN, payload as is).
+ENGINE_HD float bf16_bits_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
+
+ENGINE_HD uint16_t float_to_bf16_bits(float f) {
+  const uint32_t x = float_bits(f);
+  // A NaN must not go through the rounding add: a low payload would carry into inf.
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  // Same RNE trick as for half; finite values past max + half an ulp carry into inf.
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// ---- FP64 -> small binary formats -----------------------------------------------------------
+
+// Rounds a double straight to a format with EXP_BITS exponent and MAN_BITS mantissa bits
+// (IEEE layout, subnormals, inf). Going through float first would round twice and can
+// turn a value just above a tie into the tie itself.
+template <int EXP_BITS, int MAN_BITS>
+ENGINE_HD uint16_t double_to_small_float_bits(double d) {
+  constexpr int kBias = (1 << (EXP_BITS - 1)) - 1;
+  constexpr int kEmin = 1 - kBias;  // unbiased exponent of the smallest normal
+  constexpr uint32_t kExpMask = (1u << EXP_BITS) - 1u;
+  constexpr uint32_t kInf = kExpMask << MAN_BITS;
+  const uint64_t x = double_bits(d);
+  const uint32_t sign = static_cast<uint32_t>(x >> 48) & 0x8000u;
+  const uint64_t ax = x & 0x7fffffffffffffffull;
+  const int dexp = static_cast<int>(ax >> 52);
+  if (dexp == 0x7ff) {
+    if ((ax & 0xfffffffffffffull) == 0) return static_cast<uint16_t>(sign | kInf);
+    const uint32_t payload = static_cast<uint32_t>(ax >> (52 - MAN_BITS)) & ((1u << MAN_BITS) - 1u);
+    return static_cast<uint16_t>(sign | kInf | (1u << (MAN_BITS - 1)) | payload);
+  }
+  // Double subnormals (< 2^-1022) are far below half the smallest subnormal of any target.
+  if (dexp == 0) return static_cast<uint16_t>(sign);
+  const int e = dexp - 1023;
+  const uint64_t m = (ax & 0xfffffffffffffull) | (1ull << 52);  // value = m * 2^(e - 52)
+  // Number of low significand bits to drop: fewer kept bits once the result is subnormal.
+  int shift = 52 - MAN_BITS + (e < kEmin ? kEmin - e : 0);
+  if (shift > 54) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
+  const uint64_t q0 = m >> shift;
+  const uint64_t rem = m & ((1ull << shift) - 1ull);
+  const uint64_t halfway = 1ull << (shift - 1);
+  const uint64_t q = q0 + ((rem > halfway || (rem == halfway && (q0 & 1u))) ? 1u : 0u);
+  uint64_t bits;
+  if (e < kEmin) {
+    bits = q;  // subnormal; q == 2^MAN_BITS is the smallest normal's encoding
+  } else {
+    // Adding (q - implicit 1) lets a rounding carry bump the exponent.
+    bits = (static_cast<uint64_t>(e + kBias) << MAN_BITS) + (q - (1ull << MAN_BITS));
+    if (bits >= kInf) bits = kInf;
+  }
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(bits));
+}
+
+ENGINE_HD uint16_t double_to_half_bits(double d) { return double_to_small_float_bits<5, 10>(d); }
+ENGINE_HD uint16_t double_to_bf16_bits(double d) { return double_to_small_float_bits<8, 7>(d); }
+
+// ---- Storage types --------------------------------------------------------------------------
+// Plain 2-byte structs: trivially copyable so buffers can be memcpy'd and cudaMemcpy'd, and
+// free of cuda_fp16.h so the CPU build does not need the toolkit. Arithmetic happens in
+// float: the implicit conversion makes `a * b` on two halves a float expression.
+
+struct half {
+  uint16_t bits;
+
+  half() = default;
+  ENGINE_HD explicit half(float f) : bits(float_to_half_bits(f)) {}
+  ENGINE_HD explicit half(double d) : bits(double_to_half_bits(d)) {}
+  // Without this, half(1) would be ambiguous between the float and double constructors.
+  template <class I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  ENGINE_HD explicit half(I i) : half(static_cast<double>(i)) {}
+
+  static ENGINE_HD half from_bits(uint16_t b) {
+    half h;
+    h.bits = b;
+    return h;
+  }
+  ENGINE_HD operator float() const { return half_bits_to_float(bits); }
+};
+
+struct bfloat16 {
+  uint16_t bits;
+
+  bfloat16() = default;
+  ENGINE_HD explicit bfloat16(float f) : bits(float_to_bf16_bits(f)) {}
+  ENGINE_HD explicit bfloat16(double d) : bits(double_to_bf16_bits(d)) {}
+  template <class I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  ENGINE_HD explicit bfloat16(I i) : bfloat16(static_cast<double>(i)) {}
+
+  static ENGINE_HD bfloat16 from_bits(uint16_t b) {
+    bfloat16 h;
+    h.bits = b;
+    return h;
+  }
+  ENGINE_HD operator float() const { return bf16_bits_to_float(bits); }
+};
+
+static_assert(sizeof(half) == 2 && alignof(half) == 2, "half must be 2 bytes");
+static_assert(sizeof(bfloat16) == 2 && alignof(bfloat16) == 2, "bfloat16 must be 2 bytes");
+static_assert(std::is_trivially_copyable<half>::value, "half must be trivially copyable");
+static_assert(std::is_trivially_copyable<bfloat16>::value, "bfloat16 must be trivially copyable");
+static_assert(std::is_trivial<half>::value && std::is_trivial<bfloat16>::value,
+              "trivial, so device buffers of them need no construction");
+
+// Named forms of the double constructors, for call sites where a cast would hide the intent.
+ENGINE_HD half half_from_double(double d) { return half::from_bits(double_to_half_bits(d)); }
+ENGINE_HD bfloat16 bfloat16_from_double(double d) {
+  return bfloat16::from_bits(double_to_bf16_bits(d));
+}
+
+// ---- Accumulation type ----------------------------------------------------------------------
+// Sums of half/bf16/float products are kept in float; double (gradient checks) in double.
+
+template <class T>
+struct acc_type {
+  using type = float;
+};
+template <>
+struct acc_type<double> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename acc_type<T>::type;
+
+// Accumulator back to storage with a single rounding (float -> half/bf16 is one RNE step).
+// Call as from_acc<T>(v): the argument is not deduced on purpose.
+template <class T>
+ENGINE_HD T from_acc(acc_t<T> v) {
+  return static_cast<T>(v);
+}
+
+}  // namespace kernels

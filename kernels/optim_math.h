@@ -1,0 +1,47 @@
+// Per-element optimizer updates shared by the CPU reference and the CUDA fused step.
+// All arithmetic is in the master type P (FP32, or FP64 for checks): Adam's eps = 1e-8
+// and lr * update ~ 1e-7 relative both vanish in FP16, which is why masters exist.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/hd.h"
+
+namespace kernels {
+
+struct SgdConfig {
+  double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+// PyTorch's SGD: d = g + wd*w; buf = first ? d : momentum*buf + (1-dampening)*d;
+// d = nesterov ? d + momentum*buf : buf; w -= lr*d.
+template <class P> ENGINE_HD void sgd_update(P& w, P g, P* buf, bool first_step, const SgdConfig& c) {
+  P d = g + P(c.weight_decay) * w;
+  if (c.momentum != 0) {
+    const P b = first_step ? d : P(c.momentum) * *buf + (P(1) - P(c.dampening)) * d;
+    *buf = b;
+    d = c.nesterov ? d + P(c.momentum) * b : b;
+  }
+  w -= P(c.lr) * d;
+}
+
+struct AdamConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;              // AdamW: decay the weight directly, not through g
+  double bias_correction1 = 1.0;       // 1 - beta1^t, computed once per step on the host
+  double bias_correction2 = 1.0;       // 1 - beta2^t
+};
+
+// Adam (L2 decay folded into g) and AdamW (decoupled decay), PyTorch's formulation:
+// w -= lr * (m / bc1) / (sqrt(v / bc2) + eps).
+template <class P> ENGINE_HD void adam_update(P& w, P g, P& m, P& v, const AdamConfig& c) {
+  if (c.decoupled) w *= P(1) - P(c.lr) * P(c.weight_decay);
+  else g += P(c.weight_decay) * w;
+  m = P(c.beta1) * m + (P(1) - P(c.beta1)) * g;
+  v = P(c.beta2) * v + (P(1) - P(c.beta2)) * g * g;
+  const P denom = sqrt(v / P(c.bias_correction2)) + P(c.eps);
+  w -= P(c.lr) * (m / P(c.bias_correction1)) / denom;
+}
+
+}  // namespace kernels
