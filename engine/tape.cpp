@@ -26,7 +26,7 @@ bool should_record(std::initializer_list<const Tensor*> inputs) {
 void Tape::record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward) {
   output.impl()->requires_grad = true;
   output.impl()->from_op = true;
-  entries_.push_back(Entry{op, std::move(inputs), output.shared_impl(), std::move(backward)});
+  entries_.push_back(Entry{op, std::move(inputs), output.shared_impl(), output.impl(), std::move(backward)});
 }
 
 void Tape::backward(const Tensor& root, const Tensor& grad_root) {
@@ -41,7 +41,10 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
                "backward: gradient " << seed.desc() << " does not match root " << root.desc());
 
   // Gradients of non-leaf tensors, keyed by identity, dropped as soon as they are consumed.
-  std::unordered_map<const TensorImpl*, Tensor> pending;
+  // Each holds its tensor too: once a consumer's entry has run and let go of its inputs,
+  // this keeps the tensor (and so its producer's entry) alive until the gradient is used.
+  struct Pending { Tensor tensor, grad; };
+  std::unordered_map<const TensorImpl*, Pending> pending;
   auto accumulate = [&](const Tensor& x, const Tensor& g, const char* op) {
     ENGINE_CHECK(g.shape() == x.shape() && g.dtype() == x.dtype(),
                  "backward of " << op << ": gradient " << g.desc() << " for input " << x.desc());
@@ -58,9 +61,9 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
     }
     auto it = pending.find(x.impl());
     if (it == pending.end()) {
-      pending.emplace(x.impl(), g);
+      pending.emplace(x.impl(), Pending{x, g});
     } else {
-      it->second = add(it->second, g);  // out of place: g may be shared with another input
+      it->second.grad = add(it->second.grad, g);  // out of place: g may be shared with another input
     }
   };
 
@@ -69,13 +72,14 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
     entries_.clear();
     return;
   }
-  pending.emplace(root.impl(), seed);
+  pending.emplace(root.impl(), Pending{root, seed});
   for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
-    std::shared_ptr<TensorImpl> out = e->output.lock();
-    if (!out) continue;
-    auto it = pending.find(out.get());
+    auto it = pending.find(e->output_key);
     if (it == pending.end()) continue;
-    Tensor grad_out = std::move(it->second);
+    // Same address, same tensor? (An expired output's address may have been reused.)
+    const auto& owner = it->second.tensor.shared_impl();
+    if (e->output.owner_before(owner) || owner.owner_before(e->output)) continue;
+    Tensor grad_out = std::move(it->second.grad);
     pending.erase(it);
     std::vector<Tensor> grads = e->backward(grad_out);
     ENGINE_CHECK(grads.size() == e->inputs.size(), "backward of " << e->op << " returned " << grads.size()

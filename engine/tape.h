@@ -21,6 +21,7 @@ class Tape {
     const char* op;
     std::vector<Tensor> inputs;
     std::weak_ptr<TensorImpl> output;  // weak: an output nobody uses gets no gradient
+    const TensorImpl* output_key;      // identity for the gradient map (checked against `output`)
     BackwardFn backward;
   };
 
