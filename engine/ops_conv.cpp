@@ -1,4 +1,5 @@
 // conv2d and linear: the GEMM-shaped ops (compute dtype in, FP32 accumulation inside).
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
 #include "kernels/cpu/conv.h"
@@ -8,7 +9,10 @@ namespace engine {
 
 namespace kc = kernels::cpu;
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t pad) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad) {
+  // Under autocast, inputs of another dtype are cast (a no-op for compute copies).
+  const Tensor x = autocast_input("conv2d", x_in), w = autocast_input("conv2d", w_in),
+               bias = autocast_input("conv2d", b_in);
   check_float("conv2d", x, "input");
   check_float("conv2d", w, "weight");
   check_same_dtype_device("conv2d", x, w);
@@ -52,7 +56,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
   return y;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  const Tensor x = autocast_input("linear", x_in), w = autocast_input("linear", w_in),
+               bias = autocast_input("linear", b_in);
   check_float("linear", x, "input");
   check_float("linear", w, "weight");
   check_same_dtype_device("linear", x, w);

@@ -30,7 +30,7 @@ Tensor Optimizer::state_like(const Parameter& p) const {
   return t;
 }
 
-bool Optimizer::step(double inv_scale) {
+bool Optimizer::grads_finite() const {
   for (auto& p : params_) {
     Tensor g = p->grad();
     if (!g.defined()) continue;
@@ -39,11 +39,39 @@ bool Optimizer::step(double inv_scale) {
     ENGINE_DISPATCH_FLOAT(g.dtype(), "optimizer step", G, finite = kc::all_finite(g.data<G>(), g.numel()));
     if (!finite) return false;
   }
+  return true;
+}
+
+double Optimizer::grad_sq_norm(double inv_scale) const {
+  double total = 0;
+  for (auto& p : params_) {
+    Tensor g = p->grad();
+    if (!g.defined()) continue;
+    require_cpu("grad norm", g);
+    ENGINE_DISPATCH_FLOAT(g.dtype(), "grad norm", G, {
+      const G* d = g.data<G>();
+      double sq = 0;
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        const double v = kernels::convert<double>(d[i]) * inv_scale;
+        sq += v * v;
+      }
+      total += sq;
+    });
+  }
+  return total;
+}
+
+void Optimizer::apply(double inv_scale) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i]->grad();
     if (g.defined()) update(i, *params_[i], g, inv_scale);
   }
   ++steps_;
+}
+
+bool Optimizer::step(double inv_scale) {
+  if (!grads_finite()) return false;
+  apply(inv_scale);
   return true;
 }
 

@@ -18,6 +18,11 @@ class Optimizer {
   // (1/loss scale) in FP32 first. When any gradient holds inf or NaN nothing changes -
   // weights, state, step count - and it returns false (the loss scaler then backs off).
   bool step(double inv_scale = 1.0);
+  // The parts of step(), for the loss scaler: the found-inf check, the update itself (no
+  // check), and the squared L2 norm of all gradients times inv_scale (for clipping).
+  bool grads_finite() const;
+  void apply(double inv_scale);
+  double grad_sq_norm(double inv_scale) const;
   void zero_grad();
   int64_t steps() const { return steps_; }
   const std::vector<ParamPtr>& params() const { return params_; }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the system packages the build needs (CMake, a compiler, Catch2 v2, stb_image)
+# when they are missing. Uses apt-get as root; otherwise says what to install.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
+[ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
+[ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "Installing: ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "error: missing packages: ${need[*]} (install them, e.g. sudo apt-get install ${need[*]})" >&2
+  exit 1
+fi

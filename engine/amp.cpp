@@ -1,0 +1,154 @@
+// Autocast state and policy, the FP32 region module, and the loss scaler's state machine.
+#include "engine/amp.h"
+
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+namespace engine {
+
+// ---- autocast ---------------------------------------------------------------------------
+
+Precision op_precision(const std::string& op) {
+  static const std::unordered_map<std::string, Precision> policy = {
+      {"conv2d", Precision::ComputeDtype},   {"linear", Precision::ComputeDtype},
+      {"cross_entropy", Precision::Fp32},    {"sum", Precision::Fp32},
+      {"batch_norm", Precision::Fp32},       // statistics and affine parameters; data keeps its dtype
+      {"global_avg_pool", Precision::KeepInput},  // sums in FP32 inside, result in the input dtype
+      {"relu", Precision::KeepInput},        {"gelu", Precision::KeepInput},
+      {"add", Precision::KeepInput},         {"scale", Precision::KeepInput},
+      {"dropout", Precision::KeepInput},     {"max_pool2d", Precision::KeepInput},
+      {"reshape", Precision::KeepInput},     {"flatten", Precision::KeepInput},
+  };
+  auto it = policy.find(op);
+  ENGINE_CHECK(it != policy.end(), "op_precision: no policy for op '" << op << "'");
+  return it->second;
+}
+
+namespace {
+thread_local bool t_autocast = false;
+thread_local DType t_autocast_dtype = DType::F32;
+}  // namespace
+
+AutocastScope::AutocastScope(DType dtype, bool enabled) : saved_enabled_(t_autocast), saved_dtype_(t_autocast_dtype) {
+  ENGINE_CHECK(is_floating(dtype), "autocast: " << dtype_name(dtype) << " is not a floating dtype");
+  t_autocast = enabled;
+  if (enabled) t_autocast_dtype = dtype;
+}
+AutocastScope::~AutocastScope() {
+  t_autocast = saved_enabled_;
+  t_autocast_dtype = saved_dtype_;
+}
+bool autocast_enabled() { return t_autocast; }
+DType autocast_dtype() { return t_autocast_dtype; }
+
+Tensor autocast_input(const char* op, const Tensor& t) {
+  if (!t_autocast || !t.defined() || !is_floating(t.dtype()) || t.dtype() == t_autocast_dtype) return t;
+  if (op_precision(op) != Precision::ComputeDtype) return t;
+  return cast(t, t_autocast_dtype);
+}
+
+ForceFp32::ForceFp32(std::shared_ptr<Module> inner_) : inner(std::move(inner_)) {
+  ENGINE_CHECK(inner != nullptr, "ForceFp32: null module");
+  for (auto& p : inner->parameters()) p->follows_compute_dtype = false;
+  add_module("inner", inner);
+}
+
+Tensor ForceFp32::forward(const Tensor& x) {
+  AutocastScope off(DType::F32, false);
+  return inner->forward(cast(x, DType::F32));
+}
+
+std::string ForceFp32::describe() const { return "ForceFp32(" + inner->describe() + ")"; }
+
+// ---- loss scaler ------------------------------------------------------------------------
+
+LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config.enabled ? config.init_scale : 1.0) {
+  if (!config_.enabled) return;
+  ENGINE_CHECK(config_.init_scale > 0 && std::isfinite(config_.init_scale),
+               "loss scaler: init scale " << config_.init_scale << " must be positive and finite");
+  ENGINE_CHECK(config_.growth_factor > 1.0, "loss scaler: growth factor " << config_.growth_factor << " must be > 1");
+  ENGINE_CHECK(config_.backoff_factor > 0.0 && config_.backoff_factor < 1.0,
+               "loss scaler: backoff factor " << config_.backoff_factor << " must be in (0, 1)");
+  ENGINE_CHECK(config_.growth_interval >= 1, "loss scaler: growth interval must be >= 1");
+  ENGINE_CHECK(config_.min_scale >= 0 && config_.min_scale <= config_.init_scale,
+               "loss scaler: min scale " << config_.min_scale << " must be in [0, init scale]");
+}
+
+Tensor LossScaler::scale(const Tensor& loss) const {
+  if (!config_.enabled) return loss;
+  return engine::scale(loss, scale_);
+}
+
+void LossScaler::unscale(Optimizer& opt) {
+  ENGINE_CHECK(stage_ != Stage::Unscaled, "loss scaler: unscale() has already been called since the last update()");
+  ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: unscale() called after step(); call update() first");
+  // 1/scale in FP64, then rounded to FP32 once: exact for the usual powers of two.
+  inv_scale_ = static_cast<float>(1.0 / scale_);
+  clip_coef_ = 1.0;
+  found_inf_ = !opt.grads_finite();
+  stage_ = Stage::Unscaled;
+}
+
+double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
+  ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max norm " << max_norm << " must be positive");
+  if (stage_ == Stage::Ready) unscale(opt);
+  ENGINE_CHECK(stage_ == Stage::Unscaled, "clip_grad_norm: call it between unscale() and step()");
+  if (found_inf_) return std::numeric_limits<double>::infinity();
+  const double norm = std::sqrt(opt.grad_sq_norm(inv_scale_));
+  if (!std::isfinite(norm)) {  // finite gradients whose squares overflow FP64 cannot happen; be safe
+    found_inf_ = true;
+    return norm;
+  }
+  const double coef = max_norm / (norm + 1e-6);
+  clip_coef_ = coef < 1.0 ? coef : 1.0;
+  return norm;
+}
+
+bool LossScaler::step(Optimizer& opt) {
+  ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: step() has already been called since the last update()");
+  if (stage_ == Stage::Ready) unscale(opt);
+  stage_ = Stage::Stepped;
+  if (found_inf_) {
+    ++skipped_steps_;
+    ++consecutive_skips_;
+    ENGINE_CHECK(config_.max_consecutive_skips == 0 || consecutive_skips_ < config_.max_consecutive_skips,
+                 "loss scaler: " << consecutive_skips_ << " consecutive steps skipped for inf/NaN gradients (scale "
+                                 << scale_ << "); the loss or the data probably holds NaN");
+    return false;
+  }
+  consecutive_skips_ = 0;
+  opt.apply(inv_scale_ * clip_coef_);
+  return true;
+}
+
+void LossScaler::update() {
+  ENGINE_CHECK(stage_ == Stage::Stepped, "loss scaler: update() called without step()");
+  stage_ = Stage::Ready;
+  if (!config_.enabled || !config_.dynamic) return;
+  if (found_inf_) {
+    scale_ *= config_.backoff_factor;
+    if (scale_ < config_.min_scale) scale_ = config_.min_scale;
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ == config_.growth_interval) {
+    const double grown = scale_ * config_.growth_factor;
+    if (std::isfinite(grown) && grown <= std::numeric_limits<float>::max()) scale_ = grown;  // never to inf in FP32
+    growth_tracker_ = 0;
+  }
+}
+
+LossScaler::State LossScaler::state() const { return {scale_, growth_tracker_, skipped_steps_, consecutive_skips_}; }
+
+void LossScaler::load_state(const State& s) {
+  ENGINE_CHECK(s.scale > 0 && std::isfinite(s.scale) && s.growth_tracker >= 0,
+               "loss scaler: bad saved state (scale " << s.scale << ", tracker " << s.growth_tracker << ")");
+  scale_ = s.scale;
+  growth_tracker_ = s.growth_tracker;
+  skipped_steps_ = s.skipped_steps;
+  consecutive_skips_ = s.consecutive_skips;
+  stage_ = Stage::Ready;
+}
+
+}  // namespace engine
