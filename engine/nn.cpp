@@ -70,6 +70,31 @@ void Module::set_compute_dtype(DType dtype) {
   }
 }
 
+void Module::refresh_compute_copies() {
+  NoGradScope no_grad;
+  for (auto& p : parameters())
+    if (!p->value.same_storage(p->master)) p->value.copy_from(cast(p->master, p->value.dtype()));
+}
+
+void Module::save_state(StateDict& out) const {
+  for (const auto& [name, p] : named_parameters()) out.put("param/" + name, p->master);
+  save_extra("", out);
+}
+
+void Module::load_state(const StateDict& in) {
+  for (const auto& [name, p] : named_parameters()) load_into(p->master, in, "param/" + name);
+  refresh_compute_copies();
+  load_extra("", in);
+}
+
+void Module::save_extra(const std::string& prefix, StateDict& out) const {
+  for (const auto& [name, c] : children_) c->save_extra(prefix + name + ".", out);
+}
+
+void Module::load_extra(const std::string& prefix, const StateDict& in) {
+  for (const auto& [name, c] : children_) c->load_extra(prefix + name + ".", in);
+}
+
 void Module::zero_grad() {
   for (auto& p : parameters()) p->value.zero_grad();
 }
@@ -152,6 +177,16 @@ void BatchNorm2d::to(Device d) {
   }
 }
 
+void BatchNorm2d::save_extra(const std::string& prefix, StateDict& out) const {
+  out.put("buffer/" + prefix + "running_mean", running_mean);
+  out.put("buffer/" + prefix + "running_var", running_var);
+}
+
+void BatchNorm2d::load_extra(const std::string& prefix, const StateDict& in) {
+  load_into(running_mean, in, "buffer/" + prefix + "running_mean");
+  load_into(running_var, in, "buffer/" + prefix + "running_var");
+}
+
 std::string MaxPool2d::describe() const {
   return "MaxPool2d(" + std::to_string(kernel) + ", stride " + std::to_string(stride) + ")";
 }
@@ -163,6 +198,16 @@ Dropout::Dropout(double p_) : p(p_), seed(next_seed()) {
 Tensor Dropout::forward(const Tensor& x) {
   if (!training_ || p == 0.0) return x;
   return dropout(x, p, seed, calls++);
+}
+
+void Dropout::save_extra(const std::string& prefix, StateDict& out) const {
+  out.meta["dropout/" + prefix + "seed"] = std::to_string(seed);
+  out.set_int("dropout/" + prefix + "calls", static_cast<int64_t>(calls));
+}
+
+void Dropout::load_extra(const std::string& prefix, const StateDict& in) {
+  seed = std::stoull(in.get("dropout/" + prefix + "seed"));
+  calls = static_cast<uint64_t>(in.get_int("dropout/" + prefix + "calls"));
 }
 
 std::string Dropout::describe() const {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/checkpoint.h"
 #include "engine/ops.h"
 
 namespace engine {
@@ -42,8 +43,17 @@ class Module {
   // the master itself the value when the dtype is the master's).
   void set_compute_dtype(DType dtype);
   void zero_grad();
-  // Moves parameters and buffers to a device (CPU only in this build's ops).
+  // Rewrites every compute copy from its master (after loading masters).
+  void refresh_compute_copies();
+  // Moves parameters and buffers to a device.
   virtual void to(Device d);
+
+  // Checkpoint support: masters as "param/<name>", plus each module's extra state
+  // (batch-norm running statistics, dropout seeds and call counters).
+  void save_state(StateDict& out) const;
+  void load_state(const StateDict& in);
+  virtual void save_extra(const std::string& prefix, StateDict& out) const;
+  virtual void load_extra(const std::string& prefix, const StateDict& in);
 
  protected:
   ParamPtr add_parameter(const std::string& name, Tensor init, bool follows_compute_dtype = true);
@@ -79,6 +89,8 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
   void to(Device d) override;
+  void save_extra(const std::string& prefix, StateDict& out) const override;
+  void load_extra(const std::string& prefix, const StateDict& in) override;
   ParamPtr gamma, beta;
   Tensor running_mean, running_var;  // buffers, FP32
   double momentum, eps;
@@ -124,6 +136,8 @@ class Dropout : public Module {
   explicit Dropout(double p);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
+  void save_extra(const std::string& prefix, StateDict& out) const override;
+  void load_extra(const std::string& prefix, const StateDict& in) override;
   double p;
   uint64_t seed;
   uint64_t calls = 0;

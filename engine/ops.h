@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine/tape.h"
+#include "kernels/augment_math.h"
 #include "engine/tensor.h"
 
 namespace engine {
@@ -42,6 +43,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
 
 // Sum of all elements in the accumulation type (FP32 or FP64), as a 1-element tensor.
 Tensor sum(const Tensor& x);
+
+// Builds a batch from the resident data set, not recorded: images u8 [N,H,W,C] and labels
+// i32 [N] on the device, indices i32 [B] -> x [B,H,W,C] (its dtype: the compute dtype) and
+// y i32 [B], both preallocated by the caller so a training step allocates nothing. With
+// `augment`, crop/flip draws come from (seed, epoch, image index); then normalisation.
+void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indices, bool augment,
+                const kernels::AugmentConfig& cfg, uint64_t seed, uint64_t epoch, Tensor& x, Tensor& y);
 
 // dst += src in place, not recorded (gradient accumulation).
 void add_into(Tensor& dst, const Tensor& src);

@@ -75,6 +75,35 @@ bool Optimizer::step(double inv_scale) {
   return true;
 }
 
+void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps_); }
+
+void Optimizer::load_state(const StateDict& in) {
+  ENGINE_CHECK(in.meta.count("optim/steps"), "checkpoint has no optimizer state");
+  steps_ = in.get_int("optim/steps");
+}
+
+namespace {
+// Saves the defined tensors of a per-parameter state list as optim/<i>/<what>.
+void save_list(StateDict& out, const std::vector<Tensor>& list, const char* what) {
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].defined()) out.put("optim/" + std::to_string(i) + "/" + what, list[i]);
+}
+// Loads what the checkpoint has; state the checkpoint lacks stays undefined (not yet created).
+void load_list(const StateDict& in, std::vector<Tensor>& list, const char* what, const std::vector<ParamPtr>& params,
+               MemKind kind) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string name = "optim/" + std::to_string(i) + "/" + what;
+    if (!in.tensors.count(name)) {
+      list[i] = Tensor();
+      continue;
+    }
+    const Tensor& master = params[i]->master;
+    list[i] = Tensor::empty(master.shape(), master.dtype(), master.device(), kind);
+    load_into(list[i], in, name);
+  }
+}
+}  // namespace
+
 namespace {
 // Runs body with G = gradient type, P = master type, W = compute-copy type, and
 // `copy` = the compute copy's pointer (null when value is the master itself).
@@ -100,6 +129,16 @@ SGD::SGD(std::vector<ParamPtr> params, double lr_, double momentum_, double weig
   ENGINE_CHECK(!nesterov || (momentum > 0 && dampening == 0), "SGD: Nesterov needs momentum > 0 and no dampening");
 }
 
+void SGD::save_state(StateDict& out) const {
+  Optimizer::save_state(out);
+  save_list(out, momentum_buffers, "momentum");
+}
+
+void SGD::load_state(const StateDict& in) {
+  Optimizer::load_state(in);
+  load_list(in, momentum_buffers, "momentum", params_, MemKind::OptimizerState);
+}
+
 void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
   kernels::SgdConfig c;
   c.lr = lr;
@@ -123,6 +162,18 @@ Adam::Adam(std::vector<ParamPtr> params, double lr_, double beta1_, double beta2
       decoupled(decoupled_), exp_avg(params_.size()), exp_avg_sq(params_.size()) {
   ENGINE_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "Adam: betas must be in [0, 1)");
   ENGINE_CHECK(eps > 0 && weight_decay >= 0, "Adam: eps must be > 0 and weight decay >= 0");
+}
+
+void Adam::save_state(StateDict& out) const {
+  Optimizer::save_state(out);
+  save_list(out, exp_avg, "exp_avg");
+  save_list(out, exp_avg_sq, "exp_avg_sq");
+}
+
+void Adam::load_state(const StateDict& in) {
+  Optimizer::load_state(in);
+  load_list(in, exp_avg, "exp_avg", params_, MemKind::OptimizerState);
+  load_list(in, exp_avg_sq, "exp_avg_sq", params_, MemKind::OptimizerState);
 }
 
 void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "engine/checkpoint.h"
 #include "engine/nn.h"
 #include "kernels/optim_math.h"
 
@@ -26,6 +27,9 @@ class Optimizer {
   void zero_grad();
   int64_t steps() const { return steps_; }
   const std::vector<ParamPtr>& params() const { return params_; }
+  // Checkpoint support: the step count and every state tensor ("optim/<i>/<what>").
+  virtual void save_state(StateDict& out) const;
+  virtual void load_state(const StateDict& in);
 
   double lr;
 
@@ -45,6 +49,8 @@ class SGD : public Optimizer {
   double momentum, weight_decay, dampening;
   bool nesterov;
   std::vector<Tensor> momentum_buffers;  // undefined until the first step (or without momentum)
+  void save_state(StateDict& out) const override;
+  void load_state(const StateDict& in) override;
 
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
@@ -58,6 +64,8 @@ class Adam : public Optimizer {
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
   std::vector<Tensor> exp_avg, exp_avg_sq;
+  void save_state(StateDict& out) const override;
+  void load_state(const StateDict& in) override;
 
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;

@@ -32,6 +32,7 @@ void Tape::record(const char* op, std::vector<Tensor> inputs, Tensor& output, Ba
 void Tape::backward(const Tensor& root, const Tensor& grad_root) {
   ENGINE_CHECK(root.defined() && root.requires_grad(),
                "backward: the root tensor does not require grad (was a tape open, and does it depend on a parameter?)");
+  NoGradScope no_record;  // backward closures run ops; none of them may land on this tape
   Tensor seed = grad_root;
   if (!seed.defined()) {
     ENGINE_CHECK(root.numel() == 1, "backward: root " << root.desc() << " is not a scalar; pass its gradient");

@@ -8,6 +8,11 @@
 
 #include "kernels/hd.h"
 
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#define KERNELS_HOST_F16C 1
+#endif
+
 namespace kernels {
 
 // ---- Type punning that works on host and device ----------------------------------------
@@ -52,10 +57,14 @@ inline constexpr float kBf16Max = 3.38953138925153547590470800371487867e+38f;  /
 inline constexpr float kBf16MinNormal = 1.17549435082228750796873653722224568e-38f;  // 2^-126
 inline constexpr float kBf16MinSubnormal = 9.18354961579912115600575419704879436e-41f;  // 2^-133
 
+// On x86 hosts with F16C (any -march from Haswell/Zen on) the CPU converts in hardware with
+// the same round-to-nearest-even; the bit-manipulation versions below are the reference
+// (and what device code and other hosts run). test_numeric checks both paths on every
+// bit pattern, whichever one this build uses.
 // ---- FP16 <-> FP32 --------------------------------------------------------------------------
 
 // Exact widening. A NaN keeps its payload and gets the quiet bit, as hardware converts.
-ENGINE_HD float half_bits_to_float(uint16_t h) {
+ENGINE_HD float half_bits_to_float_soft(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -76,7 +85,7 @@ ENGINE_HD float half_bits_to_float(uint16_t h) {
 }
 
 // One round-to-nearest-even narrowing; overflow to inf from 65520 = 65504 + half an ulp.
-ENGINE_HD uint16_t float_to_half_bits(float f) {
+ENGINE_HD uint16_t float_to_half_bits_soft(float f) {
   const uint32_t x = float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
@@ -104,6 +113,24 @@ ENGINE_HD uint16_t float_to_half_bits(float f) {
   const uint32_t halfway = 1u << (shift - 1u);
   if (rem > halfway || (rem == halfway && (q & 1u))) ++q;  // q == 1024 encodes 2^-14: right
   return static_cast<uint16_t>(sign | q);
+}
+
+// The conversions everything uses: F16C instructions on x86 hosts that have them, the
+// bit manipulation above everywhere else (device code included).
+ENGINE_HD float half_bits_to_float(uint16_t h) {
+#if defined(KERNELS_HOST_F16C) && !defined(__CUDA_ARCH__)
+  return _cvtsh_ss(h);
+#else
+  return half_bits_to_float_soft(h);
+#endif
+}
+
+ENGINE_HD uint16_t float_to_half_bits(float f) {
+#if defined(KERNELS_HOST_F16C) && !defined(__CUDA_ARCH__)
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+  return float_to_half_bits_soft(f);
+#endif
 }
 
 // ---- BF16 <-> FP32 --------------------------------------------------------------------------

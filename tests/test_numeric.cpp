@@ -292,6 +292,20 @@ TEST_CASE("half: float rounding at every midpoint and on random floats", "[numer
   check_float_rounding(kHalfFmt, float_to_half_bits, dense);
 }
 
+TEST_CASE("half: the bit-manipulation reference agrees with the conversions in use", "[numeric]") {
+  // On x86 with F16C the conversions above run in hardware; the software versions (what the
+  // GPU and other hosts run) must then be checked on their own: widening on every pattern,
+  // narrowing against the same reference rounding on every probe.
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const float soft = kernels::half_bits_to_float_soft(static_cast<uint16_t>(h));
+    const float ref = half_bits_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(ref)) REQUIRE(std::isnan(soft));
+    else REQUIRE(kernels::float_bits(soft) == kernels::float_bits(ref));
+  }
+  check_float_rounding(kHalfFmt, kernels::float_to_half_bits_soft, rounding_probes(kHalfFmt));
+  check_float_rounding(kHalfFmt, kernels::float_to_half_bits_soft, random_floats(1 << 20, 777));
+}
+
 TEST_CASE("half: double rounding is done once", "[numeric]") {
   // 1 + 2^-11 + 2^-40 is above the tie; via float it would become the tie and go to 1.0.
   const double d = 1.0 + 0x1p-11 + 0x1p-40;

@@ -24,17 +24,19 @@ int64_t cross_entropy_forward(int64_t rows, int64_t k, const T* logits, const in
     for (int64_t j = 1; j < k; ++j) mx = A(z[j]) > mx ? A(z[j]) : mx;
     A sum = 0;
     for (int64_t j = 0; j < k; ++j) sum += std::exp(A(z[j]) - mx);
-    const A log_sum = mx + std::log(sum);
+    // Kept relative to the max: mx + log(sum) would round at the logits' magnitude (2^-8
+    // at 6e4) and lose that much absolute accuracy in every log-probability.
+    const A log_sum = std::log(sum);
     A mean_neg_logp = 0;
     for (int64_t j = 0; j < k; ++j) {
-      const A logp = A(z[j]) - log_sum;
+      const A logp = (A(z[j]) - mx) - log_sum;
       probs[r * k + j] = std::exp(logp);
       mean_neg_logp -= logp;
     }
     mean_neg_logp /= A(k);
     const int32_t y = labels[r];
     if (y < 0 || y >= k) { ++bad; continue; }
-    const A nll = log_sum - A(z[y]);
+    const A nll = log_sum - (A(z[y]) - mx);
     total += (A(1) - smoothing) * nll + smoothing * mean_neg_logp;
   }
   *loss = rows ? total / A(rows) : A(0);

@@ -1,0 +1,549 @@
+// CPU GEMM in the BLIS style: op(A) and op(B) are packed (and widened to the accumulator type)
+// into contiguous panels, a register-blocked micro-kernel does the FMAs, OpenMP splits C.
+// immintrin.h first: g++ 12 warns "(may be) used uninitialized" inside its own AVX-512
+// headers (GCC PR105593), and numeric.h (via gemm.h) includes them too.
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace kernels {
+namespace cpu {
+namespace {
+
+// ---- SIMD vectors ------------------------------------------------------------------------
+// Each V gives a register type R of W lanes of V::T and the few operations the micro-kernel
+// needs. Intrinsics where available: on this Zen CPU the AVX-512 kernel ran ~1.8x the AVX2
+// one, and g++ 12 did not keep a plain-array version of the tile in registers (~2 GFLOP/s).
+
+#if defined(__AVX512F__)
+struct VecF {
+  using T = float;
+  using R = __m512;
+  static constexpr int W = 16;
+  static R zero() { return _mm512_setzero_ps(); }
+  static R load(const T* p) { return _mm512_load_ps(p); }  // packed panels are aligned
+  static R loadu(const T* p) { return _mm512_loadu_ps(p); }
+  static void storeu(T* p, R v) { _mm512_storeu_ps(p, v); }
+  static R set1(T x) { return _mm512_set1_ps(x); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+};
+struct VecD {
+  using T = double;
+  using R = __m512d;
+  static constexpr int W = 8;
+  static R zero() { return _mm512_setzero_pd(); }
+  static R load(const T* p) { return _mm512_load_pd(p); }
+  static R loadu(const T* p) { return _mm512_loadu_pd(p); }
+  static void storeu(T* p, R v) { _mm512_storeu_pd(p, v); }
+  static R set1(T x) { return _mm512_set1_pd(x); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
+  static R mul(R a, R b) { return _mm512_mul_pd(a, b); }
+};
+// 32 registers: MR x NV accumulators + NV rows of B; A is broadcast straight from memory.
+constexpr int kWideMR = 14, kWideNV = 2, kNarrowMR = 28;
+#elif defined(__AVX2__) && defined(__FMA__)
+struct VecF {
+  using T = float;
+  using R = __m256;
+  static constexpr int W = 8;
+  static R zero() { return _mm256_setzero_ps(); }
+  static R load(const T* p) { return _mm256_load_ps(p); }
+  static R loadu(const T* p) { return _mm256_loadu_ps(p); }
+  static void storeu(T* p, R v) { _mm256_storeu_ps(p, v); }
+  static R set1(T x) { return _mm256_set1_ps(x); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+};
+struct VecD {
+  using T = double;
+  using R = __m256d;
+  static constexpr int W = 4;
+  static R zero() { return _mm256_setzero_pd(); }
+  static R load(const T* p) { return _mm256_load_pd(p); }
+  static R loadu(const T* p) { return _mm256_loadu_pd(p); }
+  static void storeu(T* p, R v) { _mm256_storeu_pd(p, v); }
+  static R set1(T x) { return _mm256_set1_pd(x); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
+  static R mul(R a, R b) { return _mm256_mul_pd(a, b); }
+};
+// 16 registers: 12 accumulators, 2 of B, 1 broadcast.
+constexpr int kWideMR = 6, kWideNV = 2, kNarrowMR = 12;
+#else
+// Portable: GCC/Clang vector extensions of 16 bytes, which every SIMD target (SSE2, NEON)
+// lowers to registers.
+template <class S>
+struct VecGeneric {
+  using T = S;
+  static constexpr int W = 16 / sizeof(S);
+  typedef S R __attribute__((vector_size(16)));
+  static R zero() { return R{}; }
+  static R load(const T* p) { return loadu(p); }
+  static R loadu(const T* p) {
+    R r;
+    std::memcpy(&r, p, sizeof r);
+    return r;
+  }
+  static void storeu(T* p, R x) { std::memcpy(p, &x, sizeof x); }
+  static R set1(T x) { return R{} + x; }
+  static R fma(R a, R b, R c) { return a * b + c; }
+  static R mul(R a, R b) { return a * b; }
+};
+using VecF = VecGeneric<float>;
+using VecD = VecGeneric<double>;
+constexpr int kWideMR = 4, kWideNV = 2, kNarrowMR = 8;
+#endif
+
+template <class Acc>
+using VecFor = typename std::conditional<std::is_same<Acc, double>::value, VecD, VecF>::type;
+
+// ---- Cache blocking -----------------------------------------------------------------------
+// KC: depth of one pass; a KC x NR micro-panel of B stays in L1 while A micro-panels stream.
+// kAPanelBytes: the MC x KC block of A, kept in L2 (half of a 1 MiB L2, the rest for B/C).
+// kBPanelBytes: the K x NC block of B shared by all threads, kept in L3.
+constexpr int64_t kKC = 256;
+constexpr int64_t kAPanelBytes = 384 * 1024;
+constexpr int64_t kBPanelBytes = 4 * 1024 * 1024;
+// Below this many multiply-adds (~20 us on one core) a thread team costs more than it saves;
+// on a loaded machine every barrier may also wait for a descheduled thread.
+[[maybe_unused]] constexpr int64_t kParallelMinMacs = int64_t(1) << 20;
+// Bound on the float C scratch a half/bf16 work item keeps across K passes (per thread).
+constexpr int64_t kMaxScratchCols = 1024;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Grow-only 64-byte aligned buffer, one per calling thread: no allocation once warmed up.
+// Everything a call needs (packed B, each team thread's A block and float C tiles) is
+// carved from it before the parallel region, so a failed allocation throws normally.
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  void* get(int64_t bytes) {
+    const size_t n = static_cast<size_t>(round_up(std::max<int64_t>(bytes, 64), 64));
+    if (n > size_) {
+      std::free(p_);
+      p_ = std::aligned_alloc(64, n);
+      if (!p_) {
+        size_ = 0;
+        throw std::bad_alloc();
+      }
+      size_ = n;
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t size_ = 0;
+};
+
+Scratch& call_scratch() {
+  thread_local Scratch s;  // shared by all element types
+  return s;
+}
+
+// ---- Micro-kernel ---------------------------------------------------------------------------
+// c[MR x NR] (row stride ldc) = alpha * a_panel * b_panel + beta * c; beta == 0 never reads c.
+// a: kc steps of MR values; b: kc steps of NR = NV*W values, 64-byte aligned.
+template <class V, int MR, int NV>
+inline void micro_kernel(int64_t kc, const typename V::T* __restrict a,
+                         const typename V::T* __restrict b, typename V::T* __restrict c,
+                         int64_t ldc, typename V::T alpha, typename V::T beta) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
+  for (int64_t k = 0; k < kc; ++k) {
+    R bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const R av = V::set1(a[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
+    }
+    a += MR;
+    b += NV * W;
+  }
+  const R va = V::set1(alpha);
+  if (beta == 0) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) V::storeu(c + i * ldc + j * W, V::mul(va, acc[i][j]));
+  } else if (beta == 1) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        typename V::T* p = c + i * ldc + j * W;
+        V::storeu(p, V::fma(va, acc[i][j], V::loadu(p)));
+      }
+  } else {
+    const R vb = V::set1(beta);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        typename V::T* p = c + i * ldc + j * W;
+        V::storeu(p, V::fma(va, acc[i][j], V::mul(vb, V::loadu(p))));
+      }
+  }
+}
+
+// ---- Conversions ---------------------------------------------------------------------------
+// Contiguous runs T <-> accumulator, used by packing and by the final store of half/bf16.
+// With F16C the half ones run in hardware, which was checked bit-identical to numeric.h's
+// conversions over all 2^16 halves and all 2^32 floats (round to nearest even, NaNs too).
+template <class T, class Acc>
+inline void widen(const T* s, Acc* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<Acc>(s[i]);
+}
+template <class T, class Acc>
+inline void narrow(const Acc* s, T* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = from_acc<T>(s[i]);
+}
+#if defined(__F16C__)
+template <>
+inline void widen<half, float>(const half* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].bits);
+}
+template <>
+inline void narrow<half, float>(const float* s, half* d, int64_t n) {
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), kRne));
+  for (; i < n; ++i) d[i].bits = _cvtss_sh(s[i], kRne);
+}
+#endif
+
+// ---- Packing ------------------------------------------------------------------------------
+// Both operands end up as panels of P lanes per k step: d[k*P + r], r < P, lanes past the
+// valid count zero so the micro-kernel always runs full tiles. Two source shapes occur:
+// lanes contiguous in memory (copy_panel) or k contiguous (transpose_panel).
+
+// d[k*P + r] = s[k*ld + r] for r < n, k < len.
+template <int P, class T, class Acc>
+void copy_panel(const T* s, int64_t ld, int64_t n, int64_t len, Acc* d) {
+  for (int64_t k = 0; k < len; ++k) {
+    Acc* dk = d + k * P;
+    widen(s + k * ld, dk, n);
+    for (int64_t r = n; r < P; ++r) dk[r] = 0;
+  }
+}
+
+// d[k*P + r] = s[r*ld + k] for r < n, k < len: a transpose, 16 k at a time so every
+// source row is read a cache line at a time.
+template <int P, class T, class Acc>
+void transpose_panel_scalar(const T* s, int64_t ld, int64_t n, int64_t len, Acc* d) {
+  constexpr int64_t kStep = 16;
+  for (int64_t k0 = 0; k0 < len; k0 += kStep) {
+    const int64_t m = std::min(kStep, len - k0);
+    for (int64_t r = 0; r < n; ++r) {
+      Acc tmp[kStep];
+      widen(s + r * ld + k0, tmp, m);
+      for (int64_t k = 0; k < m; ++k) d[(k0 + k) * P + r] = tmp[k];
+    }
+    for (int64_t r = n; r < P; ++r)
+      for (int64_t k = 0; k < m; ++k) d[(k0 + k) * P + r] = 0;
+  }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// The scalar transpose does one 4-byte store per element and was 60% of the time of
+// im2col-shaped products (A is M x K with small K); 16x16 register transposes cut that.
+
+// First m (<= 16) elements of a row as floats, zero past m; exact widening for half/bf16.
+inline __m512 load_row16(const float* s, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s); }
+inline __m512 load_row16(const half* s, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s));
+}
+inline __m512 load_row16(const bfloat16* s, __mmask16 m) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// In-register transpose: v[r] lane c becomes v[c] lane r.
+inline void transpose16x16(__m512 v[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {  // interleave 32-bit elements of row pairs
+    t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // then 64-bit pairs: u[g+j] lane L = column 4L+j, rows g..g+3
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), e = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  for (int j = 0; j < 4; ++j) {  // 4x4 transpose of 128-bit blocks across the row groups
+    const __m512 p0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 p1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 p2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 p3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    v[j] = _mm512_shuffle_f32x4(p0, p2, 0x88);
+    v[4 + j] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
+    v[8 + j] = _mm512_shuffle_f32x4(p1, p3, 0x88);
+    v[12 + j] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
+  }
+}
+
+template <int P, class T>
+void transpose_panel_avx512(const T* s, int64_t ld, int64_t n, int64_t len, float* d) {
+  for (int64_t k0 = 0; k0 < len; k0 += 16) {
+    const int64_t m = std::min<int64_t>(16, len - k0);
+    const __mmask16 kmask = static_cast<__mmask16>((1u << m) - 1u);
+    for (int r0 = 0; r0 < P; r0 += 16) {
+      const int g = std::min(16, P - r0);  // lanes of the panel this group fills
+      __m512 v[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r)
+        v[r] = r0 + r < n ? load_row16(s + (r0 + r) * ld + k0, kmask) : _mm512_setzero_ps();
+      transpose16x16(v);
+      const __mmask16 gmask = static_cast<__mmask16>((1u << g) - 1u);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k)
+        if (k < m) _mm512_mask_storeu_ps(d + (k0 + k) * P + r0, gmask, v[k]);
+    }
+  }
+}
+#endif
+
+template <int P, class T, class Acc>
+void transpose_panel(const T* s, int64_t ld, int64_t n, int64_t len, Acc* d) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  if constexpr (std::is_same<Acc, float>::value) {
+    transpose_panel_avx512<P>(s, ld, n, len, d);
+    return;
+  }
+#endif
+  transpose_panel_scalar<P>(s, ld, n, len, d);
+}
+
+// A block rows [i0, i0+mb), depth [p0, p0+kc) -> MR-row micro-panels, each kc x MR.
+template <int MR, class T, class Acc>
+void pack_a(Trans ta, const T* A, int64_t lda, int64_t i0, int64_t mb, int64_t p0, int64_t kc,
+            Acc* dst) {
+  for (int64_t ir = 0; ir < mb; ir += MR) {
+    const int64_t mr = std::min<int64_t>(MR, mb - ir);
+    if (ta == Trans::N)
+      transpose_panel<MR>(A + (i0 + ir) * lda + p0, lda, mr, kc, dst + ir * kc);
+    else
+      copy_panel<MR>(A + p0 * lda + i0 + ir, lda, mr, kc, dst + ir * kc);
+  }
+}
+
+// Columns [j0, j0+nb) of op(B), all K rows -> one K x NR micro-panel.
+template <int NR, class T, class Acc>
+void pack_b(Trans tb, const T* B, int64_t ldb, int64_t K, int64_t j0, int64_t nb, Acc* dst) {
+  if (tb == Trans::N)
+    copy_panel<NR>(B + j0, ldb, nb, K, dst);
+  else
+    transpose_panel<NR>(B + j0 * ldb, ldb, nb, K, dst);
+}
+
+// ---- Driver --------------------------------------------------------------------------------
+// Loop nest: for each NC-wide column block of C, B is packed once for the whole depth K
+// (threads share the work); then work items (an MC-row block, optionally a slice of the
+// column panels when M is too short to feed every thread) each loop over K in KC passes:
+// pack their A block, then run the micro-kernel over every MR x NR tile.
+// For T == Acc the micro-kernel accumulates straight into C across passes. For half/bf16
+// it accumulates into a per-thread float copy of the item's C tiles, converted to T once
+// after the last pass, so the whole K-sum is rounded a single time.
+template <class T, class V, int MR, int NV>
+void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename V::T alpha,
+                  const T* A, int64_t lda, const T* B, int64_t ldb, typename V::T beta, T* C,
+                  int64_t ldc) {
+  using Acc = typename V::T;
+  constexpr int NR = NV * V::W;
+  constexpr bool kDirect = std::is_same<T, Acc>::value;
+
+  int nt = 1;
+#if defined(_OPENMP)
+  if (!omp_in_parallel() && M * N * K >= kParallelMinMacs) nt = omp_get_max_threads();
+#endif
+
+  const int64_t kc_max = std::min(K, kKC);
+  const int64_t npass = ceil_div(K, kKC);
+
+  // Row blocks: as many as the A block size needs, rounded up to a multiple of the thread
+  // count so the threads get equal shares, and each a whole number of micro-panels.
+  const int64_t mc_max = std::max<int64_t>(MR, kAPanelBytes / (kc_max * int64_t(sizeof(Acc))) / MR * MR);
+  int64_t nbm = ceil_div(M, mc_max);
+  nbm = std::min(round_up(nbm, nt), ceil_div(M, MR));
+  const int64_t mc = round_up(ceil_div(M, nbm), MR);
+  nbm = ceil_div(M, mc);
+
+  // Column block width: the packed K x NC block of B fits its byte budget.
+  int64_t nc_max = std::max<int64_t>(NR, kBPanelBytes / (K * int64_t(sizeof(Acc))) / NR * NR);
+  if (!kDirect && npass > 1) nc_max = std::min(nc_max, kMaxScratchCols);
+  nc_max = std::min(nc_max, round_up(N, NR));
+  const int64_t np_max = nc_max / NR;
+
+  // Scratch layout, in Acc elements rounded to 64 bytes: packed B (two buffers when there
+  // are several column blocks, see below), then per thread its A block and (half/bf16
+  // only) its float C tiles.
+  constexpr int64_t kLine = 64 / int64_t(sizeof(Acc));
+  const int64_t nbuf_b = N > nc_max ? 2 : 1;
+  const int64_t b_elems = round_up(K * nc_max, kLine);
+  const int64_t a_elems = round_up(mc * kc_max, kLine);
+  const int64_t c_elems = kDirect ? 0 : round_up(mc * np_max * NR, kLine);
+  Acc* const Bbuf = static_cast<Acc*>(call_scratch().get(
+      (nbuf_b * b_elems + nt * (a_elems + c_elems)) * int64_t(sizeof(Acc))));
+
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+  {
+    int tid = 0;
+#if defined(_OPENMP)
+    tid = omp_get_thread_num();
+#endif
+    Acc* const Ap = Bbuf + nbuf_b * b_elems + tid * (a_elems + c_elems);
+    Acc* const Cf = Ap + a_elems;
+
+    // Each sync point can cost a scheduler time slice on a busy machine, so there are
+    // only two per column block: after packing B, and the join. Column blocks alternate
+    // between two B buffers, so the work loop needs no barrier before the next packing:
+    // passing that packing's barrier means every thread is done with the older buffer.
+    for (int64_t jc = 0, blk = 0; jc < N; jc += nc_max, ++blk) {
+      const int64_t nc = std::min(nc_max, N - jc);
+      const int64_t np = ceil_div(nc, NR);
+      Acc* const Bp = Bbuf + (blk % nbuf_b) * b_elems;
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+      for (int64_t q = 0; q < np; ++q) {
+        pack_b<NR>(tb, B, ldb, K, jc + q * NR, std::min<int64_t>(NR, nc - q * NR), Bp + q * K * NR);
+      }
+      // Too few row blocks for the team: also split the column panels.
+      const int64_t ng = nbm >= nt ? 1 : std::min(np, ceil_div(nt, nbm));
+      const int64_t pg = ceil_div(np, ng);
+#if defined(_OPENMP)
+#pragma omp for schedule(static) nowait
+#endif
+      for (int64_t item = 0; item < nbm * ng; ++item) {
+        const int64_t i0 = (item / ng) * mc;
+        const int64_t mb = std::min(mc, M - i0);
+        const int64_t q0 = (item % ng) * pg;
+        const int64_t q1 = std::min(np, q0 + pg);
+        for (int64_t pc = 0; pc < K; pc += kKC) {
+          const int64_t kc = std::min(kKC, K - pc);
+          const bool first = pc == 0;
+          const bool last = pc + kc == K;
+          pack_a<MR>(ta, A, lda, i0, mb, pc, kc, Ap);
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t j0 = jc + q * NR;
+            const int64_t nb = std::min<int64_t>(NR, N - j0);
+            const Acc* bp = Bp + q * K * NR + pc * NR;
+            for (int64_t ir = 0; ir < mb; ir += MR) {
+              const int64_t mr = std::min<int64_t>(MR, mb - ir);
+              const Acc* ap = Ap + ir * kc;
+              T* c = C + (i0 + ir) * ldc + j0;
+              if constexpr (kDirect) {
+                const Acc be = first ? beta : Acc(1);
+                if (mr == MR && nb == NR) {
+                  micro_kernel<V, MR, NV>(kc, ap, bp, c, ldc, alpha, be);
+                } else {  // edge tile: compute the full tile aside, store the valid part
+                  alignas(64) Acc tile[MR * NR];
+                  micro_kernel<V, MR, NV>(kc, ap, bp, tile, NR, Acc(1), Acc(0));
+                  for (int64_t i = 0; i < mr; ++i)
+                    for (int64_t j = 0; j < nb; ++j) {
+                      const Acc v = alpha * tile[i * NR + j];
+                      c[i * ldc + j] = be == Acc(0) ? v : v + be * c[i * ldc + j];
+                    }
+                }
+              } else {
+                Acc* tile = Cf + ((q - q0) * mc + ir) * NR;
+                micro_kernel<V, MR, NV>(kc, ap, bp, tile, NR, Acc(1), first ? Acc(0) : Acc(1));
+                if (last) {  // the single rounding to T
+                  for (int64_t i = 0; i < mr; ++i) {
+                    Acc row[NR];
+                    if (beta != Acc(0)) widen(c + i * ldc, row, nb);
+                    for (int64_t j = 0; j < nb; ++j) {
+                      const Acc v = alpha * tile[i * NR + j];
+                      row[j] = beta == Acc(0) ? v : v + beta * row[j];
+                    }
+                    narrow(row, c + i * ldc, nb);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, double beta, T* C, int64_t ldc) {
+  using Acc = acc_t<T>;
+  using V = VecFor<Acc>;
+  if (M <= 0 || N <= 0) return;
+  const Acc a = static_cast<Acc>(alpha);
+  const Acc b = static_cast<Acc>(beta);
+  if (K <= 0 || a == Acc(0)) {  // no products: C = beta * C, C unread when beta == 0
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        T& c = C[i * ldc + j];
+        if (b == Acc(0))
+          c = from_acc<T>(Acc(0));
+        else if (b != Acc(1))
+          c = from_acc<T>(b * static_cast<Acc>(c));
+      }
+    return;
+  }
+  // Narrow C (im2col with few output channels, classifier heads): one vector per row and a
+  // taller tile, so fewer lanes are wasted on padding.
+  if (N <= V::W)
+    gemm_blocked<T, V, kNarrowMR, 1>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc);
+  else
+    gemm_blocked<T, V, kWideMR, kWideNV>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc);
+}
+
+template void gemm<float>(Trans, Trans, int64_t, int64_t, int64_t, double, const float*, int64_t,
+                          const float*, int64_t, double, float*, int64_t);
+template void gemm<double>(Trans, Trans, int64_t, int64_t, int64_t, double, const double*,
+                           int64_t, const double*, int64_t, double, double*, int64_t);
+template void gemm<half>(Trans, Trans, int64_t, int64_t, int64_t, double, const half*, int64_t,
+                         const half*, int64_t, double, half*, int64_t);
+template void gemm<bfloat16>(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*,
+                             int64_t, const bfloat16*, int64_t, double, bfloat16*, int64_t);
+
+}  // namespace cpu
+}  // namespace kernels

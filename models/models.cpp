@@ -1,0 +1,115 @@
+// Model definitions.
+#include "models/models.h"
+
+#include "engine/ops.h"
+
+namespace models {
+
+using engine::Module;
+using engine::Sequential;
+using std::make_shared;
+
+Residual::Residual(std::shared_ptr<Module> body_, std::shared_ptr<Module> shortcut_)
+    : body(std::move(body_)), shortcut(std::move(shortcut_)) {
+  add_module("body", body);
+  if (shortcut) add_module("shortcut", shortcut);
+}
+
+engine::Tensor Residual::forward(const engine::Tensor& x) {
+  return engine::add(body->forward(x), shortcut ? shortcut->forward(x) : x);
+}
+
+std::string Residual::describe() const {
+  return "Residual(" + body->describe() + (shortcut ? ", shortcut " + shortcut->describe() : std::string()) + ")";
+}
+
+namespace {
+
+// conv3x3 (no bias: batch-norm follows) + BN + ReLU.
+std::shared_ptr<Sequential> conv_bn_relu(int64_t in, int64_t out, int64_t stride = 1) {
+  auto s = make_shared<Sequential>();
+  s->add(make_shared<engine::Conv2d>(in, out, 3, stride, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(out))
+      .add(make_shared<engine::ReLU>());
+  return s;
+}
+
+// ResNet basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
+std::shared_ptr<Sequential> basic_block(int64_t in, int64_t out, int64_t stride) {
+  auto body = make_shared<Sequential>();
+  body->add(make_shared<engine::Conv2d>(in, out, 3, stride, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(out))
+      .add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::Conv2d>(out, out, 3, 1, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(out));
+  std::shared_ptr<Sequential> shortcut;
+  if (stride != 1 || in != out) {
+    shortcut = make_shared<Sequential>();
+    shortcut->add(make_shared<engine::Conv2d>(in, out, 1, stride, 0, false)).add(make_shared<engine::BatchNorm2d>(out));
+  }
+  auto block = make_shared<Sequential>();
+  block->add(make_shared<Residual>(body, shortcut)).add(make_shared<engine::ReLU>());
+  return block;
+}
+
+}  // namespace
+
+std::shared_ptr<Module> simplecnn(int classes) {
+  auto net = make_shared<Sequential>();
+  net->add(make_shared<engine::Conv2d>(3, 16, 3, 1, 1)).add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::MaxPool2d>(2))
+      .add(make_shared<engine::Conv2d>(16, 32, 3, 1, 1)).add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::MaxPool2d>(2))
+      .add(make_shared<engine::Flatten>())
+      .add(make_shared<engine::Linear>(32 * 8 * 8, 256)).add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::Dropout>(0.5))
+      .add(make_shared<engine::Linear>(256, classes));
+  return net;
+}
+
+std::shared_ptr<Module> resnet18(int classes) {
+  auto net = make_shared<Sequential>();
+  net->add(conv_bn_relu(3, 64));
+  int64_t in = 64;
+  for (int64_t width : {64, 128, 256, 512}) {
+    net->add(basic_block(in, width, width == 64 ? 1 : 2)).add(basic_block(width, width, 1));
+    in = width;
+  }
+  net->add(make_shared<engine::GlobalAvgPool>()).add(make_shared<engine::Linear>(512, classes));
+  return net;
+}
+
+std::shared_ptr<Module> resnet9(int classes) {
+  auto layer = [](int64_t in, int64_t out, bool residual) {
+    auto s = make_shared<Sequential>();
+    s->add(conv_bn_relu(in, out)).add(make_shared<engine::MaxPool2d>(2));
+    if (residual) {
+      auto body = make_shared<Sequential>();
+      body->add(conv_bn_relu(out, out)).add(conv_bn_relu(out, out));
+      s->add(make_shared<Residual>(body));
+    }
+    return s;
+  };
+  auto net = make_shared<Sequential>();
+  net->add(conv_bn_relu(3, 64))
+      .add(layer(64, 128, true))
+      .add(layer(128, 256, false))
+      .add(layer(256, 512, true))
+      .add(make_shared<engine::GlobalAvgPool>())
+      .add(make_shared<engine::Linear>(512, classes));
+  return net;
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18"};
+  return names;
+}
+
+std::shared_ptr<Module> make_model(const std::string& name, int classes) {
+  if (name == "simplecnn") return simplecnn(classes);
+  if (name == "resnet9") return resnet9(classes);
+  if (name == "resnet18") return resnet18(classes);
+  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9 or resnet18)");
+}
+
+}  // namespace models

@@ -1,0 +1,35 @@
+// The networks: the classic small CNN, ResNet-18 (CIFAR variant) and a fast ResNet-9,
+// built from engine modules (NHWC activations, 32x32x3 inputs, 10 classes).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn.h"
+
+namespace models {
+
+// out = body(x) + shortcut(x), shortcut defaulting to the identity.
+class Residual : public engine::Module {
+ public:
+  Residual(std::shared_ptr<engine::Module> body, std::shared_ptr<engine::Module> shortcut = nullptr);
+  engine::Tensor forward(const engine::Tensor& x) override;
+  std::string describe() const override;
+  std::shared_ptr<engine::Module> body, shortcut;
+};
+
+// conv3x3(3->16)+ReLU+maxpool2, conv3x3(16->32)+ReLU+maxpool2, linear(32*8*8->256)+ReLU,
+// dropout 0.5, linear(256->10).
+std::shared_ptr<engine::Module> simplecnn(int classes = 10);
+// He et al.'s ResNet-18 adapted to 32x32 inputs: 3x3 stem, no stem pooling, [2,2,2,2] basic blocks.
+std::shared_ptr<engine::Module> resnet18(int classes = 10);
+// The DAWNBench-style fast residual net: prep 64, layer 128 (+residual), 256, layer 512
+// (+residual), global pool, linear; batch-norm + ReLU throughout.
+std::shared_ptr<engine::Module> resnet9(int classes = 10);
+
+const std::vector<std::string>& model_names();
+// The model by name; an unknown name is an engine::Error listing the known ones.
+std::shared_ptr<engine::Module> make_model(const std::string& name, int classes = 10);
+
+}  // namespace models

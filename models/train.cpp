@@ -1,0 +1,532 @@
+// trainer: trains a CNN on CIFAR-10 (or a built-in synthetic stand-in) in FP32, FP16 or
+// BF16 with FP32 master weights and dynamic loss scaling; reports accuracy, speed and
+// memory by kind; saves and resumes checkpoints. `trainer --help` lists every flag.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data/cifar.h"
+#include "engine/amp.h"
+#include "engine/checkpoint.h"
+#include "engine/device.h"
+#include "engine/random.h"
+#include "kernels/philox.h"
+#include "models/models.h"
+
+namespace {
+
+using engine::DType;
+using engine::Tensor;
+
+struct Config {
+  std::string model = "simplecnn";
+  std::string precision = "fp16";
+  std::string device = "auto";
+  std::string data;                 // empty: the default folder, synthetic data when absent
+  std::string cache = "cache";
+  int64_t epochs = 10;
+  int64_t batch_size = 256;
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::string lr_schedule = "constant";
+  double warmup = 0.2;              // one-cycle: fraction of steps spent warming up
+  double label_smoothing = 0.0;
+  bool augment = false;
+  double init_scale = 65536.0;
+  int64_t growth_interval = 2000;
+  uint64_t seed = 0;
+  std::string checkpoint, resume, log;
+  bool eval_only = false;
+  int64_t subset = 0;               // 0: the whole training set
+  int64_t max_steps = 0;            // 0: run all epochs
+  bool synthetic = false;           // force the synthetic stand-in
+  int64_t synthetic_size = 5000;
+  int threads = 0;                  // 0: OpenMP's default
+  int64_t log_every = 100;
+};
+
+const char* kUsage = R"(usage: trainer [options]
+
+Trains a CNN on CIFAR-10 with mixed precision. Defaults reproduce the classic recipe:
+simplecnn, Adam lr 1e-3, batch 256, 10 epochs, FP16 with the dynamic loss scaler,
+pixels normalised to [-1, 1].
+
+Model and precision:
+  --model NAME            simplecnn | resnet9 | resnet18             [simplecnn]
+  --precision P           fp32 | fp16 | bf16                         [fp16]
+  --device D              auto | cpu | cuda | cuda:N                 [auto]
+Data:
+  --data DIR              CIFAR-10 binary batches or train/ + test/ image folders
+                          [data/cifar10 in the source tree; synthetic data when absent]
+  --cache DIR             where decoded image folders are cached     [cache]
+  --subset N              train on the first N images (class-balanced) [all]
+  --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
+  --synthetic-size N      training images of the synthetic stand-in  [5000]
+  --augment               random crop (pad 4) and horizontal flip    [off]
+Optimisation:
+  --epochs N              [10]          --batch-size N        [256]
+  --optimizer O           sgd | adam | adamw                         [adam]
+  --lr X                  [1e-3]        --momentum X          [0.9] (sgd)
+  --nesterov              Nesterov momentum (sgd)
+  --weight-decay X        [0]           --label-smoothing X   [0]
+  --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) [constant]
+  --warmup X              one-cycle warm-up fraction of all steps    [0.2]
+Loss scaling (fp16):
+  --init-scale X          [65536]       --growth-interval N   [2000]
+Runs:
+  --seed N                initialisation, data order, augmentation, dropout [0]
+  --checkpoint FILE       save after every epoch (and at --max-steps)
+  --resume FILE           continue from a checkpoint (bit-identical on the CPU)
+  --eval-only             evaluate the --resume checkpoint on the test set and exit
+  --max-steps N           stop after N optimizer steps in total
+  --log FILE              metrics as JSON lines
+  --log-every N           progress line every N steps                [100]
+  --threads N             CPU threads                                [all cores]
+  --help                  this text
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "trainer: %s\n%s", msg.c_str(), "Try 'trainer --help' for the options.\n");
+  std::exit(2);
+}
+
+Config parse_args(int argc, char** argv) {
+  Config c;
+  std::map<std::string, std::function<void(const std::string&)>> valued;
+  auto to_int = [](const std::string& flag, const std::string& v, int64_t lo) {
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < lo) usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+    return static_cast<int64_t>(x);
+  };
+  auto to_double = [](const std::string& flag, const std::string& v, double lo, bool lo_open) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !std::isfinite(x) || x < lo || (lo_open && x == lo))
+      usage_error(flag + " expects a number " + (lo_open ? "> " : ">= ") + std::to_string(lo) + ", got '" + v + "'");
+    return x;
+  };
+  auto choice = [](const std::string& flag, const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return v;
+    std::string all;
+    for (const char* o : ok) all += std::string(all.empty() ? "" : ", ") + o;
+    usage_error(flag + " must be one of " + all + ", got '" + v + "'");
+  };
+  valued["--model"] = [&](const std::string& v) { c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18"}); };
+  valued["--precision"] = [&](const std::string& v) { c.precision = choice("--precision", v, {"fp32", "fp16", "bf16"}); };
+  valued["--device"] = [&](const std::string& v) { c.device = v; };
+  valued["--data"] = [&](const std::string& v) { c.data = v; };
+  valued["--cache"] = [&](const std::string& v) { c.cache = v; };
+  valued["--epochs"] = [&](const std::string& v) { c.epochs = to_int("--epochs", v, 1); };
+  valued["--batch-size"] = [&](const std::string& v) { c.batch_size = to_int("--batch-size", v, 1); };
+  valued["--optimizer"] = [&](const std::string& v) { c.optimizer = choice("--optimizer", v, {"sgd", "adam", "adamw"}); };
+  valued["--lr"] = [&](const std::string& v) { c.lr = to_double("--lr", v, 0, true); };
+  valued["--momentum"] = [&](const std::string& v) { c.momentum = to_double("--momentum", v, 0, false); };
+  valued["--weight-decay"] = [&](const std::string& v) { c.weight_decay = to_double("--weight-decay", v, 0, false); };
+  valued["--lr-schedule"] = [&](const std::string& v) { c.lr_schedule = choice("--lr-schedule", v, {"constant", "onecycle"}); };
+  valued["--warmup"] = [&](const std::string& v) { c.warmup = to_double("--warmup", v, 0, false); };
+  valued["--label-smoothing"] = [&](const std::string& v) { c.label_smoothing = to_double("--label-smoothing", v, 0, false); };
+  valued["--init-scale"] = [&](const std::string& v) { c.init_scale = to_double("--init-scale", v, 0, true); };
+  valued["--growth-interval"] = [&](const std::string& v) { c.growth_interval = to_int("--growth-interval", v, 1); };
+  valued["--seed"] = [&](const std::string& v) { c.seed = static_cast<uint64_t>(to_int("--seed", v, 0)); };
+  valued["--checkpoint"] = [&](const std::string& v) { c.checkpoint = v; };
+  valued["--resume"] = [&](const std::string& v) { c.resume = v; };
+  valued["--log"] = [&](const std::string& v) { c.log = v; };
+  valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
+  valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
+  valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
+  valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(to_int("--threads", v, 1)); };
+  valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const size_t eq = arg.find('=');
+    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
+               arg == "--synthetic") {
+      if (inline_value) usage_error(arg + " takes no value");
+      if (arg == "--nesterov") c.nesterov = true;
+      if (arg == "--augment") c.augment = true;
+      if (arg == "--no-augment") c.augment = false;
+      if (arg == "--eval-only") c.eval_only = true;
+      if (arg == "--synthetic") c.synthetic = true;
+    } else if (valued.count(arg)) {
+      if (!inline_value) {
+        if (i + 1 >= argc) usage_error(arg + " needs a value");
+        value = argv[++i];
+      }
+      valued[arg](value);
+    } else {
+      usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
+  if (c.nesterov && c.optimizer != "sgd") usage_error("--nesterov applies to --optimizer sgd only");
+  if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
+  if (c.label_smoothing >= 1) usage_error("--label-smoothing must be below 1");
+  if (c.warmup >= 1) usage_error("--warmup must be below 1");
+  return c;
+}
+
+DType precision_dtype(const std::string& p) {
+  return p == "fp32" ? DType::F32 : p == "fp16" ? DType::F16 : DType::BF16;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+// A permutation of [0, n) for one epoch: Fisher-Yates driven by Philox(seed, epoch).
+std::vector<int32_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+  constexpr uint64_t kShuffleStream = 0x5A0FF1E000000000ull;
+  for (int64_t i = n - 1; i > 0; --i) {
+    const uint64_t r = (static_cast<uint64_t>(kernels::philox_u32(seed, kShuffleStream + epoch, 2 * i)) << 32) |
+                       kernels::philox_u32(seed, kShuffleStream + epoch, 2 * i + 1);
+    std::swap(order[i], order[r % static_cast<uint64_t>(i + 1)]);
+  }
+  return order;
+}
+
+struct Split {
+  Tensor images, labels;  // resident on the device: u8 [N,32,32,3], i32 [N]
+  int64_t size() const { return images.defined() ? images.dim(0) : 0; }
+};
+
+Split upload(const data::Dataset& d, engine::Device device) {
+  engine::MemKindScope kind(engine::MemKind::Data);
+  Tensor images = Tensor::empty({d.size(), data::Dataset::kH, data::Dataset::kW, data::Dataset::kC}, DType::U8);
+  if (d.size()) std::memcpy(images.raw(), d.images.data(), d.images.size());
+  Tensor labels = Tensor::from_ints(d.labels, {d.size()});
+  if (device.is_cpu()) return {images, labels};
+  return {images.to(device), labels.to(device)};
+}
+
+struct EvalResult { double loss = 0, accuracy = 0; };
+
+// Test loss and accuracy with the model in eval mode, in `dtype` (the compute dtype, or FP32
+// with the masters when `masters_fp32`).
+EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int64_t batch, engine::Device device) {
+  engine::NoGradScope no_grad;
+  engine::AutocastScope autocast(dtype);
+  model.eval();
+  const kernels::AugmentConfig norm;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < split.size(); begin += batch) {
+    const int64_t b = std::min(batch, split.size() - begin);
+    std::vector<int32_t> idx(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) idx[i] = static_cast<int32_t>(begin + i);
+    Tensor indices = Tensor::from_ints(idx, {b});
+    if (device.is_cuda()) indices = indices.to(device);
+    Tensor x = Tensor::empty({b, 32, 32, 3}, dtype, device), y = Tensor::empty({b}, DType::I32, device);
+    engine::make_batch(split.images, split.labels, indices, false, norm, 0, 0, x, y);
+    Tensor logits = model(x);
+    loss_sum += engine::cross_entropy(logits, y).item() * static_cast<double>(b);
+    const std::vector<double> z = logits.to_vector();
+    const std::vector<double> labels = y.to_vector();
+    const int64_t k = logits.dim(1);
+    for (int64_t i = 0; i < b; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < k; ++j)
+        if (z[i * k + j] > z[i * k + best]) best = j;
+      correct += best == static_cast<int64_t>(labels[i]);
+    }
+  }
+  model.train();
+  const double n = static_cast<double>(std::max<int64_t>(1, split.size()));
+  return {loss_sum / n, 100.0 * static_cast<double>(correct) / n};
+}
+
+// JSON-lines metrics log (one object per line) for plotting.
+class JsonLog {
+ public:
+  explicit JsonLog(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    ENGINE_CHECK(out_, "cannot open log file " << path);
+  }
+  void write(const std::string& kind, const std::vector<std::pair<std::string, double>>& fields,
+             const std::vector<std::pair<std::string, std::string>>& strings = {}) {
+    if (!out_.is_open()) return;
+    out_ << "{\"event\":\"" << kind << "\"";
+    for (auto& [k, v] : strings) out_ << ",\"" << k << "\":\"" << v << "\"";
+    char buf[64];
+    for (auto& [k, v] : fields) {
+      std::snprintf(buf, sizeof buf, "%.9g", v);
+      out_ << ",\"" << k << "\":" << (std::isfinite(v) ? buf : "null");
+    }
+    out_ << "}\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::string default_data_dir() {
+#ifdef ENGINE_SOURCE_DIR
+  return std::string(ENGINE_SOURCE_DIR) + "/data/cifar10";
+#else
+  return "data/cifar10";
+#endif
+}
+
+int run(const Config& cfg) {
+#ifdef _OPENMP
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+#endif
+  const engine::Device device = engine::parse_device(cfg.device);
+  ENGINE_CHECK(device.is_cpu(), "the CUDA backend is not wired into the ops yet; run with --device cpu");
+  const DType compute = precision_dtype(cfg.precision);
+  engine::manual_seed(cfg.seed);
+
+  // ---- data
+  const std::string root = cfg.data.empty() ? default_data_dir() : cfg.data;
+  data::CifarSplits splits;
+  std::vector<std::string> class_names = data::cifar10_class_names();
+  if (cfg.synthetic || data::find_cifar10(root).kind == data::CifarLocation::Kind::kNone) {
+    ENGINE_CHECK(cfg.synthetic || cfg.data.empty(),
+                 "no CIFAR-10 found in " << root
+                                         << " (expected data_batch_1..5.bin + test_batch.bin, or train/ and test/ folders)");
+    if (!cfg.synthetic)
+      std::fprintf(stderr,
+                   "notice: no CIFAR-10 in %s; training on the built-in synthetic data set instead (%lld train, %lld "
+                   "test images). Get the real data with data/get_cifar10.sh.\n",
+                   root.c_str(), static_cast<long long>(cfg.synthetic_size),
+                   static_cast<long long>(std::max<int64_t>(10, cfg.synthetic_size / 5)));
+    splits = data::synthetic_cifar(cfg.synthetic_size, std::max<int64_t>(10, cfg.synthetic_size / 5), 1234);
+    class_names = data::synthetic_class_names();
+  } else {
+    splits = data::load_cifar10(root, cfg.cache, true);
+  }
+  if (cfg.subset > 0) splits.train = data::subset(splits.train, cfg.subset);
+  ENGINE_CHECK(splits.train.size() > 0, "the training set is empty");
+  const Split train = upload(splits.train, device), test = upload(splits.test, device);
+
+  // ---- model, optimizer, scaler
+  std::shared_ptr<engine::Module> model = models::make_model(cfg.model, static_cast<int>(class_names.size()));
+  model->set_compute_dtype(compute);
+  model->to(device);
+  std::unique_ptr<engine::Optimizer> opt;
+  if (cfg.optimizer == "sgd")
+    opt = std::make_unique<engine::SGD>(model->parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, cfg.nesterov);
+  else
+    opt = std::make_unique<engine::Adam>(model->parameters(), cfg.lr, 0.9, 0.999, 1e-8, cfg.weight_decay,
+                                         cfg.optimizer == "adamw");
+  engine::LossScalerConfig scfg;
+  scfg.enabled = compute == DType::F16;  // BF16 has FP32's range: no scaling needed
+  scfg.init_scale = cfg.init_scale;
+  scfg.growth_interval = cfg.growth_interval;
+  engine::LossScaler scaler(scfg);
+
+  const int64_t steps_per_epoch = (train.size() + cfg.batch_size - 1) / cfg.batch_size;
+  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
+                                                : steps_per_epoch * cfg.epochs;
+  auto lr_at = [&](int64_t step) {
+    if (cfg.lr_schedule == "constant") return cfg.lr;
+    const double t = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total_steps));
+    if (t < cfg.warmup) return cfg.lr * t / cfg.warmup;
+    return cfg.lr * std::max(0.0, (1.0 - t) / (1.0 - cfg.warmup));
+  };
+
+  int64_t step = 0;
+  if (!cfg.resume.empty()) {
+    const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
+    ENGINE_CHECK(ck.get("model") == cfg.model,
+                 "checkpoint " << cfg.resume << " holds a " << ck.get("model") << ", not a " << cfg.model << " (use --model)");
+    model->load_state(ck);
+    if (!cfg.eval_only) {
+      ENGINE_CHECK(ck.get("optimizer") == cfg.optimizer,
+                   "checkpoint " << cfg.resume << " was trained with " << ck.get("optimizer") << ", not " << cfg.optimizer);
+      opt->load_state(ck);
+      scaler.load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
+                         ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
+      step = ck.get_int("step");
+    }
+    std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(step));
+  }
+  auto save = [&](const std::string& path) {
+    engine::StateDict ck;
+    model->save_state(ck);
+    opt->save_state(ck);
+    const auto s = scaler.state();
+    ck.set_double("scaler/scale", s.scale);
+    ck.set_int("scaler/growth_tracker", s.growth_tracker);
+    ck.set_int("scaler/skipped_steps", s.skipped_steps);
+    ck.set_int("scaler/consecutive_skips", s.consecutive_skips);
+    ck.set_int("step", step);
+    ck.meta["model"] = cfg.model;
+    ck.meta["optimizer"] = cfg.optimizer;
+    ck.meta["precision"] = cfg.precision;
+    ck.meta["seed"] = std::to_string(cfg.seed);
+    ck.set_int("batch_size", cfg.batch_size);
+    engine::save_checkpoint(path, ck);
+  };
+
+  std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
+              static_cast<long long>(model->num_parameters()), cfg.precision.c_str(), device.str().c_str(),
+              splits.source.c_str());
+  std::printf("train %lld images, test %lld images, batch %lld, %lld steps per epoch, optimizer %s lr %g\n",
+              static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+              static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),
+              cfg.lr);
+  std::fflush(stdout);
+  JsonLog jlog(cfg.log);
+
+  if (cfg.eval_only) {
+    const EvalResult r = evaluate(*model, test, compute, cfg.batch_size, device);
+    const EvalResult r32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
+    std::printf("test loss %.4f, accuracy %.2f%% (%s); FP32 inference %.2f%%\n", r.loss, r.accuracy,
+                cfg.precision.c_str(), r32.accuracy);
+    return 0;
+  }
+
+  // ---- training
+  const bool tty = isatty(fileno(stderr));
+  kernels::AugmentConfig aug;
+  aug.pad = 4;
+  aug.flip = true;
+  Tensor x_buf = Tensor::empty({cfg.batch_size, 32, 32, 3}, compute, device);
+  Tensor y_buf = Tensor::empty({cfg.batch_size}, DType::I32, device);
+  auto& stats_alloc = engine::allocator_for(device);
+  stats_alloc.reset_peak();
+  double train_seconds = 0;
+  int64_t images_seen = 0;
+  EvalResult last{};
+  for (int64_t epoch = step / steps_per_epoch; epoch < cfg.epochs && step < total_steps; ++epoch) {
+    const std::vector<int32_t> order = epoch_order(train.size(), cfg.seed, epoch);
+    Tensor order_dev = Tensor::from_ints(order, {train.size()});
+    if (device.is_cuda()) order_dev = order_dev.to(device);
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t epoch_images = 0;
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    for (int64_t i = step % steps_per_epoch; i < steps_per_epoch && step < total_steps; ++i) {
+      const int64_t begin = i * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
+      Tensor x = b == cfg.batch_size ? x_buf : x_buf.slice0(0, b);
+      Tensor y = b == cfg.batch_size ? y_buf : y_buf.slice0(0, b);
+      engine::make_batch(train.images, train.labels, order_dev.slice0(begin, begin + b), cfg.augment, aug, cfg.seed,
+                         static_cast<uint64_t>(epoch), x, y);
+      opt->lr = lr_at(step);
+      opt->zero_grad();
+      engine::Tape tape;
+      Tensor loss;
+      {
+        engine::TapeScope record(tape);
+        engine::AutocastScope autocast(compute);
+        loss = engine::cross_entropy((*model)(x), y, cfg.label_smoothing);
+        tape.backward(scaler.scale(loss));
+      }
+      scaler.step(*opt);
+      scaler.update();
+      ++step;
+      epoch_images += b;
+      const bool log_now = step % cfg.log_every == 0 || i == steps_per_epoch - 1;
+      if (log_now || tty) {  // reading the loss is a host sync on a GPU: only when printed
+        const double l = loss.item();
+        loss_sum += l;
+        ++loss_count;
+        if (tty)
+          std::fprintf(stderr, "\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  scale %g  ", static_cast<long long>(epoch + 1),
+                       static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
+                       static_cast<long long>(steps_per_epoch), l, scaler.current_scale());
+        if (log_now) {
+          if (tty) std::fprintf(stderr, "\r%80s\r", "");
+          std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld\n",
+                      static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs),
+                      static_cast<long long>(i + 1), static_cast<long long>(steps_per_epoch), l,
+                      scaler.current_scale(), static_cast<long long>(scaler.skipped_steps()));
+          std::fflush(stdout);
+          jlog.write("step", {{"step", double(step)}, {"epoch", double(epoch + 1)}, {"loss", l},
+                              {"scale", scaler.current_scale()}, {"skipped", double(scaler.skipped_steps())},
+                              {"lr", opt->lr}});
+        }
+      }
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += secs;
+    images_seen += epoch_images;
+    last = evaluate(*model, test, compute, cfg.batch_size, device);
+    std::printf("Epoch %lld/%lld done: test loss %.4f, test accuracy %.2f%%, %.0f images/s, epoch time %.1f s\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), last.loss, last.accuracy,
+                static_cast<double>(epoch_images) / secs, secs);
+    std::fflush(stdout);
+    jlog.write("epoch", {{"epoch", double(epoch + 1)}, {"step", double(step)}, {"test_loss", last.loss},
+                         {"test_accuracy", last.accuracy}, {"images_per_s", double(epoch_images) / secs},
+                         {"epoch_seconds", secs}, {"train_loss", loss_count ? loss_sum / double(loss_count) : NAN}});
+    if (!cfg.checkpoint.empty()) save(cfg.checkpoint);
+  }
+  // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
+  if (!cfg.checkpoint.empty() && step % steps_per_epoch != 0) save(cfg.checkpoint);
+
+  // ---- summary
+  const EvalResult fp32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
+  const engine::MemoryStats& mem = stats_alloc.stats();
+  std::printf("\nSummary: %s, %s, %lld steps (%lld skipped for overflow), final loss scale %g\n", cfg.model.c_str(),
+              cfg.precision.c_str(), static_cast<long long>(step), static_cast<long long>(scaler.skipped_steps()),
+              scaler.current_scale());
+  std::printf("  test accuracy %.2f%% (%s inference), %.2f%% (FP32 inference)\n", last.accuracy, cfg.precision.c_str(),
+              fp32.accuracy);
+  std::printf("  training time %.1f s, %.0f images/s\n", train_seconds,
+              train_seconds > 0 ? static_cast<double>(images_seen) / train_seconds : 0.0);
+  std::printf("  peak %s memory during training: %s\n", device.str().c_str(), mib(mem.total_peak).c_str());
+  for (int k = 0; k < engine::kNumMemKinds; ++k)
+    std::printf("    %-16s %12s  (own peak %s)\n", engine::mem_kind_name(static_cast<engine::MemKind>(k)),
+                mib(mem.at_total_peak[k]).c_str(), mib(mem.peak[k]).c_str());
+  std::vector<std::pair<std::string, double>> fields = {
+      {"test_accuracy", last.accuracy}, {"test_accuracy_fp32_inference", fp32.accuracy},
+      {"train_seconds", train_seconds}, {"images_per_s", train_seconds > 0 ? images_seen / train_seconds : 0.0},
+      {"steps", double(step)}, {"skipped", double(scaler.skipped_steps())}, {"peak_bytes", double(mem.total_peak)}};
+  for (int k = 0; k < engine::kNumMemKinds; ++k)
+    fields.emplace_back(std::string("peak_") + engine::mem_kind_name(static_cast<engine::MemKind>(k)),
+                        double(mem.at_total_peak[k]));
+  jlog.write("summary", fields, {{"model", cfg.model}, {"precision", cfg.precision}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Config cfg = parse_args(argc, argv);
+  try {
+    return run(cfg);
+  } catch (const engine::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
