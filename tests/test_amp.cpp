@@ -130,7 +130,7 @@ TEST_CASE("a skipped step leaves weights and optimizer state untouched", "[amp][
   CHECK(scaler.current_scale() == 32768.0);
 }
 
-TEST_CASE("scaler misuse is a clear error; min scale floors backoff; repeated skips can abort", "[amp][scaler]") {
+TEST_CASE("scaler misuse is a clear error, min scale floors backoff, repeated skips can abort", "[amp][scaler]") {
   Manual m;
   engine::SGD opt({m.p}, 0.1);
   {
@@ -292,7 +292,7 @@ TEST_CASE("a scaled FP16 run reaches the accuracy of the FP32 run from the same 
   CHECK(fp16.skipped == 0);  // 65536 is a safe scale for this model
 }
 
-TEST_CASE("autocast casts conv/linear inputs to the compute dtype; ForceFp32 keeps a region in FP32", "[amp][autocast]") {
+TEST_CASE("autocast casts conv/linear inputs to the compute dtype, ForceFp32 keeps a region in FP32", "[amp][autocast]") {
   CHECK(engine::op_precision("conv2d") == engine::Precision::ComputeDtype);
   CHECK(engine::op_precision("cross_entropy") == engine::Precision::Fp32);
   CHECK(engine::op_precision("relu") == engine::Precision::KeepInput);

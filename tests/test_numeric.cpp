@@ -536,7 +536,7 @@ TEST_CASE("philox_uniform follows the documented counter layout", "[philox]") {
   CHECK(kernels::philox_u32(1, 0, 0) != kernels::philox_u32(2, 0, 0));
 }
 
-TEST_CASE("philox_uniform is in [0, 1) with mean 1/2", "[philox]") {
+TEST_CASE("philox_uniform lies in the unit interval with mean 1/2", "[philox]") {
   CHECK(kernels::uniform_from_u32(0) == 0.0f);
   CHECK(kernels::uniform_from_u32(0xffffffffu) == 1.0f - 0x1p-24f);
   CHECK(kernels::uniform_from_u32(0x80000000u) == 0.5f);

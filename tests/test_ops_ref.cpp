@@ -427,7 +427,7 @@ TEST_CASE("max_pool2d values and argmax routing match a naive loop", "[ref]") {
   }
 }
 
-TEST_CASE("max_pool2d ties go to the first element in scan order; NaN propagates", "[ref]") {
+TEST_CASE("max_pool2d ties go to the first element in scan order, NaN propagates", "[ref]") {
   SECTION("a constant image: each window sends its gradient to its first element") {
     for (int64_t pad : {0, 1}) {
       const int64_t k = pad ? 3 : 2, st = pad ? 1 : 2;
@@ -683,7 +683,7 @@ TEST_CASE("cross_entropy matches a naive log-softmax + NLL, with and without lab
   }
 }
 
-TEST_CASE("cross_entropy of FP16 logits near the FP16 limit is finite; bad labels throw", "[ref]") {
+TEST_CASE("cross_entropy of FP16 logits near the FP16 limit is finite, bad labels throw", "[ref]") {
   const Vec zv = {60000, -60000, 0, -60000, 60000, 60000};
   const std::vector<int32_t> labels = {1, 0};
   Tensor z = Tensor::from_vector(zv, {2, 3}, DType::F16);
