@@ -450,7 +450,7 @@ int run(const Config& cfg) {
       scaler.update();
       ++step;
       epoch_images += b;
-      const bool log_now = step % cfg.log_every == 0 || i == steps_per_epoch - 1;
+      const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
       if (log_now || tty) {  // reading the loss is a host sync on a GPU: only when printed
         const double l = loss.item();
         loss_sum += l;
