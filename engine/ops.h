@@ -54,6 +54,11 @@ void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indice
 // dst += src in place, not recorded (gradient accumulation).
 void add_into(Tensor& dst, const Tensor& src);
 
+// Floating-point operations (2 per multiply-add) done by conv2d and linear, forward and
+// backward, since the last reset: what benchmarks divide by time to get model FLOP/s.
+int64_t gemm_flops();
+void reset_gemm_flops();
+
 // Shared argument checks, used by ops and modules.
 void check_defined(const char* op, const Tensor& t, const char* what);
 void check_float(const char* op, const Tensor& t, const char* what);

@@ -1,4 +1,6 @@
 // conv2d and linear: the GEMM-shaped ops (compute dtype in, FP32 accumulation inside).
+#include <atomic>
+
 #include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
@@ -8,6 +10,15 @@
 namespace engine {
 
 namespace kc = kernels::cpu;
+
+namespace {
+std::atomic<int64_t> g_gemm_flops{0};
+// 2 * output pixels * output channels * taps * input channels: one GEMM's worth.
+int64_t conv_flops(const kc::Conv2dShape& sh) { return 2 * sh.n * sh.out_h() * sh.out_w() * sh.k * sh.patch(); }
+}  // namespace
+
+int64_t gemm_flops() { return g_gemm_flops.load(); }
+void reset_gemm_flops() { g_gemm_flops = 0; }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad) {
   // Under autocast, inputs of another dtype are cast (a no-op for compute copies).
@@ -32,6 +43,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   }
   require_cpu("conv2d", x);
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.k}, x.dtype(), x.device());
+  g_gemm_flops += conv_flops(sh);
   ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d", T,
                         kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
                                            y.data<T>()));
@@ -39,11 +51,13 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
     active_tape()->record("conv2d", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx, gw, gb;
       if (x.requires_grad()) {
+        g_gemm_flops += conv_flops(sh);
         gx = like(x);
         ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
                               kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
       }
       if (w.requires_grad() || bias.requires_grad()) {
+        g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
         ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
@@ -75,6 +89,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   kc::Conv2dShape sh{n, 1, 1, in, out, 1, 1, 1, 0};
   Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
+  g_gemm_flops += conv_flops(sh);
   ENGINE_DISPATCH_FLOAT(x.dtype(), "linear", T,
                         kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
                                            y.data<T>()));
@@ -82,11 +97,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     active_tape()->record("linear", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx, gw, gb;
       if (x.requires_grad()) {
+        g_gemm_flops += conv_flops(sh);
         gx = like(x);
         ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
                               kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
       }
       if (w.requires_grad() || bias.requires_grad()) {
+        g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
         ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,

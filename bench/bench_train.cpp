@@ -1,0 +1,191 @@
+// Training-step benchmark: for each model and precision, images/s of the full training
+// step (forward, FP32 loss, scaled backward, fused optimizer step) on a device-resident
+// batch, peak memory by kind, and model FLOP/s as a fraction of the measured GEMM peak.
+// Ratios (FP16/BF16 vs FP32) are measured side by side in one run.
+//   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/amp.h"
+#include "engine/device.h"
+#include "engine/random.h"
+#include "kernels/cpu/gemm.h"
+#include "models/models.h"
+
+using engine::DType;
+using engine::Tensor;
+
+namespace {
+
+struct Result {
+  std::string model, precision;
+  int64_t batch = 0;
+  double images_per_s = 0, step_ms = 0, gflops = 0, peak_fraction = 0;
+  engine::MemoryStats mem;
+};
+
+// The CPU GEMM's FP32 peak on a large square product: the yardstick for model FLOP/s.
+double cpu_gemm_peak_gflops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  auto run = [&] {
+    kernels::cpu::gemm<float>(kernels::cpu::Trans::N, kernels::cpu::Trans::N, n, n, n, 1.0, a.data(), n, b.data(), n,
+                              0.0, c.data(), n);
+  };
+  run();
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * n / best * 1e-9;
+}
+
+Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device, double peak) {
+  engine::manual_seed(1);
+  auto model = models::make_model(name);
+  model->set_compute_dtype(dt);
+  model->to(device);
+  engine::Adam opt(model->parameters(), 1e-3);
+  engine::LossScalerConfig cfg;
+  cfg.enabled = dt == DType::F16;
+  engine::LossScaler scaler(cfg);
+  Tensor x = engine::cast(engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32), dt).to(device);
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  Tensor y = Tensor::from_ints(labels, {batch}).to(device);
+  auto step = [&] {
+    opt.zero_grad();
+    engine::Tape tape;
+    {
+      engine::TapeScope scope(tape);
+      engine::AutocastScope autocast(dt);
+      tape.backward(scaler.scale(engine::cross_entropy((*model)(x), y)));
+    }
+    scaler.step(opt);
+    scaler.update();
+  };
+  auto& alloc = engine::allocator_for(device);
+  step();  // warm-up: optimizer state, algorithm choices, caches
+  alloc.reset_peak();
+  engine::reset_gemm_flops();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    if (device.is_cuda()) (void)opt.params()[0]->master.to_vector();  // wait for the device
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  Result r;
+  r.model = name;
+  r.precision = engine::dtype_name(dt);
+  r.batch = batch;
+  r.step_ms = median * 1e3;
+  r.images_per_s = static_cast<double>(batch) / median;
+  r.gflops = static_cast<double>(engine::gemm_flops()) / steps / median * 1e-9;
+  r.peak_fraction = peak > 0 ? r.gflops / peak : 0;
+  r.mem = alloc.stats();
+  return r;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
+  int64_t batch = 0;
+  int steps = 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_train: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--device") device_spec = next();
+    else if (a == "--models") model_list = next();
+    else if (a == "--batch") batch = std::atoll(next().c_str());
+    else if (a == "--steps") steps = std::atoi(next().c_str());
+    else if (a == "--json") json = next();
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--json FILE]\n");
+      return 2;
+    }
+  }
+  try {
+    const engine::Device device = engine::parse_device(device_spec);
+    const double peak = device.is_cpu() ? cpu_gemm_peak_gflops() : 0.0;
+    if (device.is_cpu()) std::printf("CPU FP32 GEMM peak (1024^3): %.1f GFLOP/s\n", peak);
+    std::printf("%-10s %-5s %6s %10s %10s %9s %7s %10s %10s %10s %10s\n", "model", "prec", "batch", "img/s", "step ms",
+                "GFLOP/s", "%peak", "peak MiB", "weights", "grads+opt", "activ.");
+    std::vector<Result> results;
+    for (const std::string& m : split(model_list)) {
+      // CPU: small batches and few steps keep the big ResNets to seconds.
+      const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
+      const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 30);
+      for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+        const Result r = bench(m, dt, b, s, device, peak);
+        const auto& at = r.mem.at_total_peak;
+        auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
+        std::printf("%-10s %-5s %6lld %10.0f %10.1f %9.1f %6.0f%% %10.1f %10.1f %10.1f %10.1f\n", r.model.c_str(),
+                    r.precision.c_str(), static_cast<long long>(r.batch), r.images_per_s, r.step_ms, r.gflops,
+                    100 * r.peak_fraction, mb(r.mem.total_peak), mb(at[0]), mb(at[1] + at[2]), mb(at[3] + at[4]));
+        std::fflush(stdout);
+        results.push_back(r);
+      }
+    }
+    std::puts("\nFP16 / BF16 vs FP32 of the same model, measured in this run:");
+    for (size_t i = 0; i + 2 < results.size(); i += 3) {
+      const Result &f32 = results[i], &f16 = results[i + 1], &b16 = results[i + 2];
+      std::printf("  %-10s fp16: %.2fx speed, %.2fx peak memory   bf16: %.2fx speed, %.2fx peak memory\n",
+                  f32.model.c_str(), f16.images_per_s / f32.images_per_s,
+                  double(f16.mem.total_peak) / double(f32.mem.total_peak), b16.images_per_s / f32.images_per_s,
+                  double(b16.mem.total_peak) / double(f32.mem.total_peak));
+    }
+    if (!json.empty()) {
+      FILE* f = std::fopen(json.c_str(), "w");
+      if (!f) {
+        std::fprintf(stderr, "bench_train: cannot write %s\n", json.c_str());
+        return 1;
+      }
+      std::fprintf(f, "{\"benchmark\":\"train_step\",\"device\":\"%s\",\"gemm_peak_gflops\":%.2f,\"results\":[",
+                   device.str().c_str(), peak);
+      for (size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        std::fprintf(f, "%s{\"model\":\"%s\",\"precision\":\"%s\",\"batch\":%lld,\"images_per_s\":%.2f,\"step_ms\":%.3f,"
+                        "\"gflops\":%.2f,\"peak_bytes\":%lld",
+                     i ? "," : "", r.model.c_str(), r.precision.c_str(), static_cast<long long>(r.batch), r.images_per_s,
+                     r.step_ms, r.gflops, static_cast<long long>(r.mem.total_peak));
+        for (int k = 0; k < engine::kNumMemKinds; ++k)
+          std::fprintf(f, ",\"peak_%s\":%lld", engine::mem_kind_name(static_cast<engine::MemKind>(k)),
+                       static_cast<long long>(r.mem.at_total_peak[k]));
+        std::fprintf(f, "}");
+      }
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  } catch (const engine::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return 1;
+  }
+  return 0;
+}
