@@ -30,21 +30,26 @@ using Clock = std::chrono::steady_clock;
 
 struct Shape {
   const char* what;
+  Trans ta, tb;
   int64_t M, N, K;
 };
 
-// NHWC im2col: M = batch*H*W output pixels, N = output channels, K = kh*kw*in channels.
+// NHWC im2col as kernels/cpu/conv.h calls it: forward y = col * w^T (NT, M = output pixels,
+// N = output channels, K = kh*kw*in), backward data gcol = gy * w (NN), backward filter
+// gw = gy^T * col (TN). Linear: y = x * w^T (NT).
 const Shape kShapes[] = {
-    {"conv1 3x3x3->16, 64x32x32", 65536, 16, 27},
-    {"conv 3x3x16->32, 64x16x16", 16384, 32, 144},
-    {"deep 256x256x2048", 256, 256, 2048},
-    {"linear 256->10, batch 256", 256, 10, 256},
-    {"square 512", 512, 512, 512},
-    {"square 1024", 1024, 1024, 1024},
+    {"conv1 fwd 3x3x3->16", Trans::N, Trans::T, 65536, 16, 27},
+    {"conv fwd 3x3x16->32", Trans::N, Trans::T, 16384, 32, 144},
+    {"conv bwd-data 3x3x16->32", Trans::N, Trans::N, 16384, 144, 32},
+    {"conv bwd-filter 3x3x16->32", Trans::T, Trans::N, 32, 144, 16384},
+    {"deep 256x256x2048", Trans::N, Trans::N, 256, 256, 2048},
+    {"linear 256->10, batch 256", Trans::N, Trans::T, 256, 10, 256},
+    {"square 512", Trans::N, Trans::N, 512, 512, 512},
+    {"square 1024", Trans::N, Trans::N, 1024, 1024, 1024},
 };
 
 struct Result {
-  std::string dtype, what;
+  std::string dtype, what, op;
   int64_t M, N, K;
   double gflops, blas_gflops;  // blas_gflops < 0: not measured
 };
@@ -81,27 +86,33 @@ std::vector<T> random_matrix(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// Leading dimensions follow from the stored shapes (A is M x K or K x M, B is K x N or N x K).
 template <class T>
 Result run_one(const char* dtype, const Shape& s, int reps, double min_s, bool with_blas) {
   std::mt19937 rng(42);
   auto A = random_matrix<T>(size_t(s.M * s.K), rng);
   auto B = random_matrix<T>(size_t(s.K * s.N), rng);
   std::vector<T> C(size_t(s.M * s.N));
+  const int64_t lda = s.ta == Trans::N ? s.K : s.M;
+  const int64_t ldb = s.tb == Trans::N ? s.N : s.K;
   const double flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
-  Result r{dtype, s.what, s.M, s.N, s.K, 0.0, -1.0};
+  std::string op = std::string(s.ta == Trans::N ? "N" : "T") + (s.tb == Trans::N ? "N" : "T");
+  Result r{dtype, s.what, op, s.M, s.N, s.K, 0.0, -1.0};
   r.gflops = measure(
       [&] {
-        kernels::cpu::gemm<T>(Trans::N, Trans::N, s.M, s.N, s.K, 1.0, A.data(), s.K, B.data(),
-                              s.N, 0.0, C.data(), s.N);
+        kernels::cpu::gemm<T>(s.ta, s.tb, s.M, s.N, s.K, 1.0, A.data(), lda, B.data(), ldb, 0.0,
+                              C.data(), s.N);
       },
       flops, reps, min_s);
 #if defined(ENGINE_HAVE_OPENBLAS)
   if constexpr (std::is_same<T, float>::value) {
     if (with_blas) {
+      const auto ta = s.ta == Trans::N ? CblasNoTrans : CblasTrans;
+      const auto tb = s.tb == Trans::N ? CblasNoTrans : CblasTrans;
       r.blas_gflops = measure(
           [&] {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.M), int(s.N), int(s.K),
-                        1.f, A.data(), int(s.K), B.data(), int(s.N), 0.f, C.data(), int(s.N));
+            cblas_sgemm(CblasRowMajor, ta, tb, int(s.M), int(s.N), int(s.K), 1.f, A.data(),
+                        int(lda), B.data(), int(ldb), 0.f, C.data(), int(s.N));
           },
           flops, reps, min_s);
     }
@@ -133,8 +144,7 @@ int main(int argc, char** argv) {
 #if defined(_OPENMP)
   threads = omp_get_max_threads();
 #endif
-  std::printf("CPU GEMM (C = A*B, row-major, no transposes), %d thread(s), median of %d\n", threads,
-              reps);
+  std::printf("CPU GEMM C = op(A)*op(B), row-major, %d thread(s), median of %d\n", threads, reps);
 #if defined(ENGINE_HAVE_OPENBLAS)
   std::printf("OpenBLAS sgemm alongside for FP32 (set OPENBLAS_NUM_THREADS to match)\n");
 #else
@@ -151,11 +161,11 @@ int main(int argc, char** argv) {
     results.push_back(run_one<kernels::bfloat16>("bf16", s, reps, min_s, false));
   }
 
-  std::printf("%-5s %-28s %6s %5s %5s %9s %9s %6s\n", "dtype", "shape", "M", "N", "K", "GFLOP/s",
-              "OpenBLAS", "ratio");
+  std::printf("%-5s %-27s %2s %6s %5s %6s %9s %9s %6s\n", "dtype", "shape", "op", "M", "N", "K",
+              "GFLOP/s", "OpenBLAS", "ratio");
   for (const Result& r : results) {
-    std::printf("%-5s %-28s %6lld %5lld %5lld %9.1f", r.dtype.c_str(), r.what.c_str(),
-                (long long)r.M, (long long)r.N, (long long)r.K, r.gflops);
+    std::printf("%-5s %-27s %2s %6lld %5lld %6lld %9.1f", r.dtype.c_str(), r.what.c_str(),
+                r.op.c_str(), (long long)r.M, (long long)r.N, (long long)r.K, r.gflops);
     if (r.blas_gflops > 0)
       std::printf(" %9.1f %5.0f%%\n", r.blas_gflops, 100.0 * r.gflops / r.blas_gflops);
     else
@@ -173,10 +183,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
-                   "    {\"dtype\": \"%s\", \"shape\": \"%s\", \"M\": %lld, \"N\": %lld, "
-                   "\"K\": %lld, \"gflops\": %.3f",
-                   r.dtype.c_str(), r.what.c_str(), (long long)r.M, (long long)r.N, (long long)r.K,
-                   r.gflops);
+                   "    {\"dtype\": \"%s\", \"shape\": \"%s\", \"op\": \"%s\", \"M\": %lld, "
+                   "\"N\": %lld, \"K\": %lld, \"gflops\": %.3f",
+                   r.dtype.c_str(), r.what.c_str(), r.op.c_str(), (long long)r.M, (long long)r.N,
+                   (long long)r.K, r.gflops);
       if (r.blas_gflops > 0)
         std::fprintf(f, ", \"openblas_gflops\": %.3f, \"ratio\": %.4f", r.blas_gflops,
                      r.gflops / r.blas_gflops);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "engine/device.h"
 #include "engine/error.h"
 
 namespace engine {
@@ -79,6 +80,7 @@ thread_local MemKind t_mem_kind = MemKind::Activations;
 Allocator& allocator_for(Device d) {
   static CpuAllocator cpu;
   if (d.is_cpu()) return cpu;
+  if (!g_cuda_allocator) register_cuda_backend();
   ENGINE_CHECK(g_cuda_allocator, "no CUDA backend in this build (device " << d.str() << ")");
   return *g_cuda_allocator;
 }

@@ -1,9 +1,15 @@
 // Autocast state and policy, the FP32 region module, and the loss scaler's state machine.
 #include "engine/amp.h"
 
+#include "engine/ops_internal.h"
+
 #include <cmath>
 #include <limits>
 #include <unordered_map>
+
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/data.h"
+#endif
 
 namespace engine {
 
@@ -75,23 +81,86 @@ LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config
                "loss scaler: min scale " << config_.min_scale << " must be in [0, init scale]");
 }
 
+struct LossScaler::DeviceState {
+  Tensor scale, inv_scale, found_inf, tracker, skipped, consecutive;
+};
+
+void LossScaler::ensure_device(Device d) const {
+  if (dev_ || d.is_cpu()) return;
+  auto st = std::make_shared<DeviceState>();
+  MemKindScope kind(MemKind::OptimizerState);
+  st->scale = Tensor::full({1}, scale_, DType::F32, d);
+  st->inv_scale = Tensor::full({1}, 1.0, DType::F32, d);
+  st->found_inf = Tensor::zeros({1}, DType::I32, d);
+  st->tracker = Tensor::full({1}, static_cast<double>(growth_tracker_), DType::I32, d);
+  st->skipped = Tensor::full({1}, static_cast<double>(skipped_steps_), DType::I64, d);
+  st->consecutive = Tensor::full({1}, static_cast<double>(consecutive_skips_), DType::I64, d);
+  dev_ = st;
+}
+
+double LossScaler::current_scale() const { return dev_ ? dev_->scale.item() : scale_; }
+bool LossScaler::found_inf() const { return dev_ ? dev_->found_inf.item() != 0 : found_inf_; }
+int64_t LossScaler::growth_tracker() const {
+  return dev_ ? static_cast<int64_t>(dev_->tracker.item()) : growth_tracker_;
+}
+int64_t LossScaler::skipped_steps() const {
+  return dev_ ? static_cast<int64_t>(dev_->skipped.item()) : skipped_steps_;
+}
+int64_t LossScaler::consecutive_skips() const {
+  const int64_t n = dev_ ? static_cast<int64_t>(dev_->consecutive.item()) : consecutive_skips_;
+  ENGINE_CHECK(config_.max_consecutive_skips == 0 || n < config_.max_consecutive_skips,
+               "loss scaler: " << n << " consecutive steps skipped for inf/NaN gradients (scale " << current_scale()
+                               << "); the loss or the data probably holds NaN");
+  return n;
+}
+
 Tensor LossScaler::scale(const Tensor& loss) const {
   if (!config_.enabled) return loss;
-  return engine::scale(loss, scale_);
+  if (loss.device().is_cpu()) return engine::scale(loss, scale_);
+#ifdef ENGINE_WITH_CUDA
+  // On the GPU the scale is read where it lies, forward and backward: no host wait.
+  ensure_device(loss.device());
+  ENGINE_CHECK(loss.dtype() == DType::F32, "loss scaler: the loss must be f32, got " << loss.desc());
+  Tensor s = dev_->scale;
+  Tensor y = like(loss);
+  kernels::cuda::scale_by_device_scalar(loss.data<float>(), s.data<float>(), y.data<float>(), loss.numel(),
+                                        cuda_stream());
+  if (should_record({&loss})) {
+    active_tape()->record("scale", {loss}, y, [s](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = like(gy);
+      kernels::cuda::scale_by_device_scalar(gy.data<float>(), s.data<float>(), gx.data<float>(), gy.numel(),
+                                            cuda_stream());
+      return {gx};
+    });
+  }
+  return y;
+#else
+  ENGINE_FAIL("loss scaler: " << loss.desc() << " is on a CUDA device, but this build has no CUDA backend");
+#endif
 }
 
 void LossScaler::unscale(Optimizer& opt) {
   ENGINE_CHECK(stage_ != Stage::Unscaled, "loss scaler: unscale() has already been called since the last update()");
   ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: unscale() called after step(); call update() first");
+  clip_coef_ = 1.0;
+  stage_ = Stage::Unscaled;
+  if (opt.on_cuda()) {
+#ifdef ENGINE_WITH_CUDA
+    ensure_device(opt.params()[0]->master.device());
+    kernels::cuda::scaler_prepare(dev_->scale.data<float>(), dev_->inv_scale.data<float>(),
+                                  dev_->found_inf.data<int32_t>(), cuda_stream());
+    opt.check_finite_device(dev_->found_inf.data<int32_t>());
+#endif
+    return;
+  }
   // 1/scale in FP64, then rounded to FP32 once: exact for the usual powers of two.
   inv_scale_ = static_cast<float>(1.0 / scale_);
-  clip_coef_ = 1.0;
   found_inf_ = !opt.grads_finite();
-  stage_ = Stage::Unscaled;
 }
 
 double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
   ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max norm " << max_norm << " must be positive");
+  ENGINE_CHECK(!opt.on_cuda(), "clip_grad_norm: not implemented for CUDA parameters yet");
   if (stage_ == Stage::Ready) unscale(opt);
   ENGINE_CHECK(stage_ == Stage::Unscaled, "clip_grad_norm: call it between unscale() and step()");
   if (found_inf_) return std::numeric_limits<double>::infinity();
@@ -109,6 +178,12 @@ bool LossScaler::step(Optimizer& opt) {
   ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: step() has already been called since the last update()");
   if (stage_ == Stage::Ready) unscale(opt);
   stage_ = Stage::Stepped;
+  if (dev_ && opt.on_cuda()) {
+    // Queued: the kernels skip the update themselves when the flag is set; the return value
+    // would need a host wait, so it only says the step was issued (found_inf() tells).
+    opt.apply_device(dev_->inv_scale.data<float>(), dev_->found_inf.data<int32_t>());
+    return true;
+  }
   if (found_inf_) {
     ++skipped_steps_;
     ++consecutive_skips_;
@@ -125,6 +200,21 @@ bool LossScaler::step(Optimizer& opt) {
 void LossScaler::update() {
   ENGINE_CHECK(stage_ == Stage::Stepped, "loss scaler: update() called without step()");
   stage_ = Stage::Ready;
+  if (dev_) {
+#ifdef ENGINE_WITH_CUDA
+    kernels::cuda::ScalerParams p;
+    p.growth = static_cast<float>(config_.growth_factor);
+    p.backoff = static_cast<float>(config_.backoff_factor);
+    p.min_scale = static_cast<float>(config_.min_scale);
+    p.interval = static_cast<int>(config_.growth_interval);
+    p.dynamic = config_.enabled && config_.dynamic;
+    kernels::cuda::scaler_update(dev_->scale.data<float>(), dev_->tracker.data<int32_t>(),
+                                 reinterpret_cast<long long*>(dev_->skipped.data<int64_t>()),
+                                 reinterpret_cast<long long*>(dev_->consecutive.data<int64_t>()),
+                                 dev_->found_inf.data<int32_t>(), p, cuda_stream());
+#endif
+    return;
+  }
   if (!config_.enabled || !config_.dynamic) return;
   if (found_inf_) {
     scale_ *= config_.backoff_factor;
@@ -139,7 +229,9 @@ void LossScaler::update() {
   }
 }
 
-LossScaler::State LossScaler::state() const { return {scale_, growth_tracker_, skipped_steps_, consecutive_skips_}; }
+LossScaler::State LossScaler::state() const {
+  return {current_scale(), growth_tracker(), skipped_steps(), consecutive_skips()};
+}
 
 void LossScaler::load_state(const State& s) {
   ENGINE_CHECK(s.scale > 0 && std::isfinite(s.scale) && s.growth_tracker >= 0,
@@ -149,6 +241,11 @@ void LossScaler::load_state(const State& s) {
   skipped_steps_ = s.skipped_steps;
   consecutive_skips_ = s.consecutive_skips;
   stage_ = Stage::Ready;
+  if (dev_) {  // re-create the device copy from the loaded values
+    const Device d = dev_->scale.device();
+    dev_.reset();
+    ensure_device(d);
+  }
 }
 
 }  // namespace engine

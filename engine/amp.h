@@ -58,11 +58,14 @@ class LossScaler {
   // steps (never to inf). Must follow step().
   void update();
 
-  double current_scale() const { return scale_; }
-  bool found_inf() const { return found_inf_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t skipped_steps() const { return skipped_steps_; }
-  int64_t consecutive_skips() const { return consecutive_skips_; }
+  // On a CUDA device the state lives in device memory and these read it (a host wait):
+  // call them to log, not inside the step. There the abort after max_consecutive_skips is
+  // checked when state() or consecutive_skips() is read.
+  double current_scale() const;
+  bool found_inf() const;
+  int64_t growth_tracker() const;
+  int64_t skipped_steps() const;
+  int64_t consecutive_skips() const;
   const LossScalerConfig& config() const { return config_; }
 
   // For checkpoints: everything update() depends on.
@@ -72,6 +75,12 @@ class LossScaler {
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };
+  struct DeviceState;  // scale, 1/scale, found-inf flag and counters in device memory
+  void ensure_device(Device d) const;
+  bool on_device() const { return dev_ != nullptr; }
+  void check_abort() const;
+
+  mutable std::shared_ptr<DeviceState> dev_;
   LossScalerConfig config_;
   double scale_;
   double inv_scale_ = 1.0;

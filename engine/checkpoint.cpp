@@ -178,7 +178,7 @@ StateDict load_checkpoint(const std::string& path) {
   for (uint32_t i = 0; i < n_tensors; ++i) {
     const std::string name = r.str();
     const uint8_t dt = r.pod<uint8_t>(), ndim = r.pod<uint8_t>();
-    ENGINE_CHECK(dt <= static_cast<uint8_t>(DType::I32) && ndim <= 8, "checkpoint " << path << " is corrupt (tensor " << name << ")");
+    ENGINE_CHECK(dt <= static_cast<uint8_t>(DType::I64) && ndim <= 8, "checkpoint " << path << " is corrupt (tensor " << name << ")");
     Shape shape(ndim);
     for (auto& d : shape) d = r.pod<int64_t>();
     const uint64_t nbytes = r.pod<uint64_t>();

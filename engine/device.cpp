@@ -7,6 +7,7 @@
 #include "engine/error.h"
 
 #ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -50,6 +51,12 @@ Device parse_device(const std::string& spec) {
     return Device::cuda(index);
   }
   ENGINE_FAIL("bad device '" << spec << "' (expected auto, cpu, cuda or cuda:N)");
+}
+
+void register_cuda_backend() {
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::ensure_cuda_allocator_registered();
+#endif
 }
 
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {

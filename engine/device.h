@@ -14,6 +14,9 @@ int cuda_device_count(std::string* why);  // 0 with the reason when there is non
 // "auto" -> cuda:0 when a device is present, else cpu; "cpu"; "cuda" or "cuda:N".
 Device parse_device(const std::string& spec);
 
+// Registers the CUDA caching allocator with the engine (once; a no-op without CUDA).
+void register_cuda_backend();
+
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 void device_memset_zero(void* dst, Device dev, size_t bytes);
 

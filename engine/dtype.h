@@ -13,7 +13,7 @@ namespace engine {
 using kernels::bfloat16;
 using kernels::half;
 
-enum class DType : uint8_t { F32, F64, F16, BF16, U8, I32 };
+enum class DType : uint8_t { F32, F64, F16, BF16, U8, I32, I64 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -23,6 +23,7 @@ inline size_t dtype_size(DType t) {
     case DType::BF16: return 2;
     case DType::U8: return 1;
     case DType::I32: return 4;
+    case DType::I64: return 8;
   }
   return 0;
 }
@@ -35,6 +36,7 @@ inline const char* dtype_name(DType t) {
     case DType::BF16: return "bf16";
     case DType::U8: return "u8";
     case DType::I32: return "i32";
+    case DType::I64: return "i64";
   }
   return "?";
 }
@@ -50,6 +52,7 @@ template <> struct dtype_of<half> { static constexpr DType value = DType::F16; }
 template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BF16; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
 
 }  // namespace engine
 

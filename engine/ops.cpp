@@ -5,9 +5,16 @@
 #include "engine/ops_internal.h"
 #include "kernels/cpu/elementwise.h"
 
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#endif
+
 namespace engine {
 
 namespace kc = kernels::cpu;
+#ifdef ENGINE_WITH_CUDA
+namespace kcu = kernels::cuda;
+#endif
 
 void check_defined(const char* op, const Tensor& t, const char* what) {
   ENGINE_CHECK(t.defined(), op << ": " << what << " is undefined");
@@ -26,12 +33,16 @@ void check_same_dtype_device(const char* op, const Tensor& a, const Tensor& b) {
 
 Tensor relu(const Tensor& x) {
   check_float("relu", x, "input");
-  require_cpu("relu", x);
   Tensor y = like(x);
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "relu", T,
+                                        kcu::relu_forward(x.data<T>(), y.data<T>(), x.numel(), cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "relu", T, kc::relu_forward(x.data<T>(), y.data<T>(), x.numel()));
   if (should_record({&x})) {
     active_tape()->record("relu", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
+      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "relu backward", T,
+                                            kcu::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(),
+                                                               cuda_stream())))
       ENGINE_DISPATCH_FLOAT(x.dtype(), "relu backward", T,
                             kc::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel()));
       return {gx};
@@ -42,12 +53,16 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x) {
   check_float("gelu", x, "input");
-  require_cpu("gelu", x);
   Tensor y = like(x);
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "gelu", T,
+                                        kcu::gelu_forward(x.data<T>(), y.data<T>(), x.numel(), cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "gelu", T, kc::gelu_forward(x.data<T>(), y.data<T>(), x.numel()));
   if (should_record({&x})) {
     active_tape()->record("gelu", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
+      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "gelu backward", T,
+                                            kcu::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(),
+                                                               cuda_stream())))
       ENGINE_DISPATCH_FLOAT(x.dtype(), "gelu backward", T,
                             kc::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel()));
       return {gx};
@@ -59,11 +74,15 @@ Tensor gelu(const Tensor& x) {
 namespace {
 Tensor add_raw(const Tensor& a, const Tensor& b) {
   Tensor y = like(a);
+  ENGINE_ON_CUDA(a, ENGINE_DISPATCH_CUDA(a.dtype(), "add", T,
+                                        kcu::add(a.data<T>(), b.data<T>(), y.data<T>(), a.numel(), cuda_stream())))
   ENGINE_DISPATCH_FLOAT(a.dtype(), "add", T, kc::add(a.data<T>(), b.data<T>(), y.data<T>(), a.numel()));
   return y;
 }
 Tensor scale_raw(const Tensor& x, double s) {
   Tensor y = like(x);
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "scale", T,
+                                        kcu::scale(x.data<T>(), s, y.data<T>(), x.numel(), cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "scale", T, kc::scale(x.data<T>(), s, y.data<T>(), x.numel()));
   return y;
 }
@@ -74,7 +93,6 @@ Tensor add(const Tensor& a, const Tensor& b) {
   check_float("add", b, "second input");
   check_same_dtype_device("add", a, b);
   ENGINE_CHECK(a.shape() == b.shape(), "add: shape mismatch, " << shape_str(a.shape()) << " vs " << shape_str(b.shape()));
-  require_cpu("add", a);
   Tensor y = add_raw(a, b);
   if (should_record({&a, &b})) {
     // d(a+b) passes the gradient to both sides unchanged; the tape never adds in place into it.
@@ -86,14 +104,15 @@ Tensor add(const Tensor& a, const Tensor& b) {
 void add_into(Tensor& dst, const Tensor& src) {
   check_same_dtype_device("add_into", dst, src);
   ENGINE_CHECK(dst.shape() == src.shape(), "add_into: shape mismatch, " << dst.desc() << " vs " << src.desc());
-  require_cpu("add_into", dst);
+  ENGINE_ON_CUDA(dst, ENGINE_DISPATCH_CUDA(dst.dtype(), "add_into", T,
+                                          kcu::add(dst.data<T>(), src.data<T>(), dst.data<T>(), dst.numel(),
+                                                   cuda_stream())))
   ENGINE_DISPATCH_FLOAT(dst.dtype(), "add_into", T,
                         kc::add(dst.data<T>(), src.data<T>(), dst.data<T>(), dst.numel()));
 }
 
 Tensor scale(const Tensor& x, double s) {
   check_float("scale", x, "input");
-  require_cpu("scale", x);
   Tensor y = scale_raw(x, s);
   if (should_record({&x})) {
     active_tape()->record("scale", {x}, y, [s](const Tensor& gy) -> std::vector<Tensor> { return {scale_raw(gy, s)}; });
@@ -105,7 +124,10 @@ namespace {
 Tensor cast_raw(const Tensor& x, DType to) {
   Tensor y = Tensor::empty(x.shape(), to, x.device());
   ENGINE_DISPATCH_FLOAT(x.dtype(), "cast", From, {
-    ENGINE_DISPATCH_FLOAT(to, "cast", To, kc::cast(x.data<From>(), y.data<To>(), x.numel()));
+    ENGINE_DISPATCH_FLOAT(to, "cast", To, {
+      ENGINE_ON_CUDA(x, kcu::cast<From, To>(x.data<From>(), y.data<To>(), x.numel(), cuda_stream()))
+      kc::cast(x.data<From>(), y.data<To>(), x.numel());
+    });
   });
   return y;
 }
@@ -114,7 +136,6 @@ Tensor cast_raw(const Tensor& x, DType to) {
 Tensor cast(const Tensor& x, DType dtype) {
   check_float("cast", x, "input");
   ENGINE_CHECK(is_floating(dtype), "cast: target dtype " << dtype_name(dtype) << " is not floating");
-  require_cpu("cast", x);
   if (dtype == x.dtype()) return x;
   Tensor y = cast_raw(x, dtype);
   if (should_record({&x})) {
@@ -127,6 +148,9 @@ Tensor cast(const Tensor& x, DType dtype) {
 namespace {
 Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
   Tensor y = like(x);
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "dropout", T,
+                                        kcu::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed,
+                                                     stream, cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "dropout", T,
                         kc::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed, stream));
   return y;
@@ -136,7 +160,6 @@ Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
   check_float("dropout", x, "input");
   ENGINE_CHECK(p >= 0.0 && p < 1.0, "dropout: probability " << p << " is outside [0, 1)");
-  require_cpu("dropout", x);
   Tensor y = dropout_raw(x, p, seed, stream);
   if (should_record({&x})) {
     // Same mask, same scale: the backward is the forward applied to the gradient.
@@ -169,9 +192,10 @@ Tensor flatten(const Tensor& x) {
 
 Tensor sum(const Tensor& x) {
   check_float("sum", x, "input");
-  require_cpu("sum", x);
   const DType ad = acc_dtype(x.dtype());
   Tensor y = Tensor::empty({1}, ad, x.device());
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "sum", T,
+                                        kcu::sum(x.data<T>(), x.numel(), y.data<kernels::acc_t<T>>(), cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "sum", T, {
     using A = kernels::acc_t<T>;
     A total = 0;

@@ -7,15 +7,29 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/conv.h"
+#include "kernels/cuda/gemm.h"
+#endif
+
 namespace engine {
 
 namespace kc = kernels::cpu;
+#ifdef ENGINE_WITH_CUDA
+namespace kcu = kernels::cuda;
+#endif
 
 namespace {
 std::atomic<int64_t> g_gemm_flops{0};
 // 2 * output pixels * output channels * taps * input channels: one GEMM's worth.
 int64_t conv_flops(const kc::Conv2dShape& sh) { return 2 * sh.n * sh.out_h() * sh.out_w() * sh.k * sh.patch(); }
 }  // namespace
+
+#ifdef ENGINE_WITH_CUDA
+kcu::ConvDims cuda_dims(const kc::Conv2dShape& sh) {
+  return kcu::ConvDims{sh.n, sh.h, sh.w, sh.c, sh.k, sh.r, sh.s, sh.stride, sh.pad};
+}
+#endif
 
 int64_t gemm_flops() { return g_gemm_flops.load(); }
 void reset_gemm_flops() { g_gemm_flops = 0; }
@@ -41,9 +55,12 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
     ENGINE_CHECK(bias.shape() == Shape{w.dim(0)}, "conv2d: bias " << shape_str(bias.shape()) << " for "
                                                                    << w.dim(0) << " output channels");
   }
-  require_cpu("conv2d", x);
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.k}, x.dtype(), x.device());
   g_gemm_flops += conv_flops(sh);
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d", T,
+                                        kcu::conv2d_forward(cuda_dims(sh), x.data<T>(), w.data<T>(),
+                                                            bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
+                                                            cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d", T,
                         kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
                                            y.data<T>()));
@@ -53,6 +70,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
       if (x.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gx = like(x);
+        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d backward", T,
+                                              kcu::conv2d_backward_data(cuda_dims(sh), gy.data<T>(), w.data<T>(),
+                                                                        gx.data<T>(), cuda_stream())))
         ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
                               kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
       }
@@ -60,6 +80,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
         g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
+        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d backward", T,
+                                              kcu::conv2d_backward_filter(cuda_dims(sh), x.data<T>(), gy.data<T>(),
+                                                                          gw.data<T>(),
+                                                                          gb.defined() ? gb.data<T>() : nullptr,
+                                                                          cuda_stream())))
         ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
                               kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
                                                          gb.defined() ? gb.data<T>() : nullptr));
@@ -84,12 +109,16 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     ENGINE_CHECK(bias.shape() == Shape{w.dim(0)}, "linear: bias " << shape_str(bias.shape()) << " for "
                                                                    << w.dim(0) << " outputs");
   }
-  require_cpu("linear", x);
   // A linear layer is a 1x1 convolution over a 1x1 image: reuse its kernels, bias and all.
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   kc::Conv2dShape sh{n, 1, 1, in, out, 1, 1, 1, 0};
   Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
   g_gemm_flops += conv_flops(sh);
+  // On the GPU a linear layer is one cuBLASLt GEMM with the bias fused into its epilogue.
+  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear", T,
+                                        kcu::linear_forward(n, in, out, x.data<T>(), w.data<T>(),
+                                                            bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
+                                                            kcu::Epilogue::None, cuda_stream())))
   ENGINE_DISPATCH_FLOAT(x.dtype(), "linear", T,
                         kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
                                            y.data<T>()));
@@ -99,6 +128,9 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
       if (x.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gx = like(x);
+        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear backward", T,
+                                              kcu::linear_backward_data(sh.n, sh.c, sh.k, gy.data<T>(), w.data<T>(),
+                                                                        gx.data<T>(), cuda_stream())))
         ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
                               kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
       }
@@ -106,6 +138,11 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
         g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
+        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear backward", T,
+                                              kcu::linear_backward_weight(sh.n, sh.c, sh.k, x.data<T>(), gy.data<T>(),
+                                                                          gw.data<T>(),
+                                                                          gb.defined() ? gb.data<T>() : nullptr,
+                                                                          cuda_stream())))
         ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
                               kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
                                                          gb.defined() ? gb.data<T>() : nullptr));

@@ -3,6 +3,10 @@
 #include "engine/ops_internal.h"
 #include "kernels/cpu/augment.h"
 
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/data.h"
+#endif
+
 namespace engine {
 
 void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indices, bool augment,
@@ -21,7 +25,23 @@ void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indice
                "make_batch: label output must be i32[" << b << "], got " << y.desc());
   ENGINE_CHECK(cfg.pad >= 0 && cfg.pad < images.dim(1) && cfg.pad < images.dim(2), "make_batch: bad crop padding " << cfg.pad);
   ENGINE_CHECK(images.dim(3) <= 3, "make_batch: at most 3 channels are normalised, got " << images.dim(3));
-  require_cpu("make_batch", images);
+  ENGINE_CHECK(labels.device() == images.device() && indices.device() == images.device() &&
+                   x.device() == images.device() && y.device() == images.device(),
+               "make_batch: images, labels, indices and outputs must be on one device");
+  // On the GPU the indices are trusted (the trainer builds them): checking them would make
+  // every step wait for the host.
+  if (images.device().is_cuda()) {
+#ifdef ENGINE_WITH_CUDA
+    ENGINE_DISPATCH_CUDA(x.dtype(), "make_batch", T,
+                         kernels::cuda::make_batch(images.data<uint8_t>(), labels.data<int32_t>(), indices.data<int32_t>(),
+                                                   b, static_cast<int>(images.dim(1)), static_cast<int>(images.dim(2)),
+                                                   static_cast<int>(images.dim(3)), augment, cfg, seed, epoch,
+                                                   x.data<T>(), y.data<int32_t>(), cuda_stream()));
+    return;
+#else
+    ENGINE_FAIL("make_batch: " << images.desc() << " is on a CUDA device, but this build has no CUDA backend");
+#endif
+  }
   const int32_t* idx = indices.data<int32_t>();
   for (int64_t i = 0; i < b; ++i)
     ENGINE_CHECK(idx[i] >= 0 && idx[i] < images.dim(0), "make_batch: index " << idx[i] << " outside the data set");

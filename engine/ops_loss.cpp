@@ -3,9 +3,17 @@
 #include "engine/ops_internal.h"
 #include "kernels/cpu/loss.h"
 
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/data.h"
+#include "kernels/cuda/loss.h"
+#endif
+
 namespace engine {
 
 namespace kc = kernels::cpu;
+#ifdef ENGINE_WITH_CUDA
+namespace kcu = kernels::cuda;
+#endif
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing) {
   check_float("cross_entropy", logits, "logits");
@@ -17,11 +25,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
                                                                                 << ", logits on " << logits.device().str());
   ENGINE_CHECK(label_smoothing >= 0.0 && label_smoothing < 1.0,
                "cross_entropy: label smoothing " << label_smoothing << " is outside [0, 1)");
-  require_cpu("cross_entropy", logits);
   const int64_t rows = logits.dim(0), k = logits.dim(1);
   const DType ad = acc_dtype(logits.dtype());
   Tensor loss = Tensor::empty({1}, ad, logits.device());
   Tensor probs = Tensor::empty({rows, k}, ad, logits.device());
+  // On the GPU nothing waits for the host: a label out of range turns the loss into NaN
+  // (which the loss scaler and the trainer's log then see) instead of raising here.
+  ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy", T, {
+    Tensor bad = Tensor::empty({1}, DType::I32, logits.device());
+    kcu::cross_entropy_forward<T, float>(rows, k, logits.data<T>(), labels.data<int32_t>(),
+                                         static_cast<float>(label_smoothing), probs.data<float>(), loss.data<float>(),
+                                         bad.data<int32_t>(), cuda_stream());
+    kcu::nan_if_flagged(loss.data<float>(), bad.data<int32_t>(), cuda_stream());
+  }))
   ENGINE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", T, {
     using A = kernels::acc_t<T>;
     const int64_t bad = kc::cross_entropy_forward<T, A>(rows, k, logits.data<T>(), labels.data<int32_t>(),
@@ -32,12 +48,20 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
     active_tape()->record("cross_entropy", {logits}, loss,
                           [logits, labels, probs, label_smoothing](const Tensor& gloss) -> std::vector<Tensor> {
       Tensor g = like(logits);
-      const double gscalar = gloss.item();  // the loss scale (or 1) arrives here
-      ENGINE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", T, {
-        using A = kernels::acc_t<T>;
-        kc::cross_entropy_backward<T, A>(logits.dim(0), logits.dim(1), probs.data<A>(), labels.data<int32_t>(),
-                                         A(label_smoothing), A(gscalar), g.data<T>());
-      });
+      // The incoming gradient is the loss scale (or 1); the GPU reads it where it lies.
+      ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy backward", T,
+                                                 kcu::cross_entropy_backward<T, float>(
+                                                     logits.dim(0), logits.dim(1), probs.data<float>(),
+                                                     labels.data<int32_t>(), static_cast<float>(label_smoothing),
+                                                     gloss.data<float>(), g.data<T>(), cuda_stream())))
+      {
+        const double gscalar = gloss.item();
+        ENGINE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", T, {
+          using A = kernels::acc_t<T>;
+          kc::cross_entropy_backward<T, A>(logits.dim(0), logits.dim(1), probs.data<A>(), labels.data<int32_t>(),
+                                           A(label_smoothing), A(gscalar), g.data<T>());
+        });
+      }
       return {g};
     });
   }

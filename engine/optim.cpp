@@ -7,9 +7,51 @@
 #include "engine/ops_internal.h"
 #include "kernels/cpu/optim.h"
 
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/optim.h"
+#endif
+
 namespace engine {
 
 namespace kc = kernels::cpu;
+
+struct Optimizer::DeviceState {
+#ifdef ENGINE_WITH_CUDA
+  std::vector<kernels::cuda::ParamSlot> slots;
+  std::unique_ptr<kernels::cuda::MultiTensorPlan> plan;
+#endif
+  Tensor step;  // i64[1] on the device: applied steps (skipped ones do not count)
+};
+
+bool Optimizer::on_cuda() const { return !params_.empty() && params_[0]->master.device().is_cuda(); }
+
+int64_t Optimizer::steps() const {
+  if (dev_ && dev_->step.defined()) return static_cast<int64_t>(dev_->step.item());
+  return steps_;
+}
+
+void Optimizer::sync_steps_to_device() {
+  if (dev_ && dev_->step.defined()) dev_->step.copy_from(Tensor::full({1}, static_cast<double>(steps_), DType::I64));
+}
+
+#ifdef ENGINE_WITH_CUDA
+namespace {
+kernels::cuda::ElemType elem_type(DType t) {
+  switch (t) {
+    case DType::F32: return kernels::cuda::ElemType::F32;
+    case DType::F64: return kernels::cuda::ElemType::F64;
+    case DType::F16: return kernels::cuda::ElemType::F16;
+    case DType::BF16: return kernels::cuda::ElemType::BF16;
+    default: ENGINE_FAIL("optimizer: no CUDA element type for " << dtype_name(t));
+  }
+}
+bool same_slot(const kernels::cuda::ParamSlot& a, const kernels::cuda::ParamSlot& b) {
+  return a.grad == b.grad && a.grad_type == b.grad_type && a.master == b.master && a.state1 == b.state1 &&
+         a.state2 == b.state2 && a.copy == b.copy && a.copy_type == b.copy_type && a.n == b.n;
+}
+}  // namespace
+#endif
+
 
 Optimizer::Optimizer(std::vector<ParamPtr> params, double lr_) : lr(lr_), params_(std::move(params)) {
   ENGINE_CHECK(lr_ > 0 && std::isfinite(lr_), "optimizer: learning rate " << lr_ << " must be positive");
@@ -34,7 +76,7 @@ bool Optimizer::grads_finite() const {
   for (auto& p : params_) {
     Tensor g = p->grad();
     if (!g.defined()) continue;
-    require_cpu("optimizer step", g);
+    ENGINE_CHECK(g.device().is_cpu(), "grads_finite: CUDA gradients are checked by check_finite_device");
     bool finite = true;
     ENGINE_DISPATCH_FLOAT(g.dtype(), "optimizer step", G, finite = kc::all_finite(g.data<G>(), g.numel()));
     if (!finite) return false;
@@ -47,7 +89,7 @@ double Optimizer::grad_sq_norm(double inv_scale) const {
   for (auto& p : params_) {
     Tensor g = p->grad();
     if (!g.defined()) continue;
-    require_cpu("grad norm", g);
+    ENGINE_CHECK(g.device().is_cpu(), "gradient clipping is not implemented for CUDA parameters yet");
     ENGINE_DISPATCH_FLOAT(g.dtype(), "grad norm", G, {
       const G* d = g.data<G>();
       double sq = 0;
@@ -70,16 +112,105 @@ void Optimizer::apply(double inv_scale) {
 }
 
 bool Optimizer::step(double inv_scale) {
+  if (on_cuda()) {
+    // Standalone use (no loss scaler): stage 1/scale and the flag on the device; reading the
+    // flag back to return it is this call's one wait for the device.
+    const Device d = params_[0]->master.device();
+    Tensor inv = Tensor::full({1}, inv_scale, DType::F32, d);
+    Tensor flag = Tensor::zeros({1}, DType::I32, d);
+    check_finite_device(flag.data<int32_t>());
+    apply_device(inv.data<float>(), flag.data<int32_t>());
+    return flag.item() == 0;
+  }
   if (!grads_finite()) return false;
   apply(inv_scale);
   return true;
 }
 
-void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps_); }
+#ifdef ENGINE_WITH_CUDA
+// The launch plan over every parameter. Gradients and state are created up front and keep
+// their addresses (zero_grad clears in place), so the plan is uploaded once and reused; it
+// is rebuilt only if some pointer changed.
+static const kernels::cuda::MultiTensorPlan& device_plan(Optimizer::DeviceState& dev,
+                                                         const std::vector<kernels::cuda::ParamSlot>& slots) {
+  bool same = dev.plan && dev.slots.size() == slots.size();
+  for (size_t i = 0; same && i < slots.size(); ++i) same = same_slot(dev.slots[i], slots[i]);
+  if (!same) {
+    dev.plan = std::make_unique<kernels::cuda::MultiTensorPlan>(slots, kernels::cuda::default_stream());
+    dev.slots = slots;
+  }
+  return *dev.plan;
+}
+#endif
+
+void Optimizer::check_finite_device(int* found_inf) {
+#ifdef ENGINE_WITH_CUDA
+  apply_or_check(found_inf, nullptr, true);
+#else
+  (void)found_inf;
+  ENGINE_FAIL("optimizer: this build has no CUDA backend");
+#endif
+}
+
+void Optimizer::apply_device(const float* inv_scale, const int* found_inf) {
+#ifdef ENGINE_WITH_CUDA
+  apply_or_check(const_cast<int*>(found_inf), inv_scale, false);
+#else
+  (void)inv_scale;
+  (void)found_inf;
+  ENGINE_FAIL("optimizer: this build has no CUDA backend");
+#endif
+}
+
+#ifdef ENGINE_WITH_CUDA
+void Optimizer::apply_or_check(int* found_inf, const float* inv_scale, bool check_only) {
+  ENGINE_CHECK(on_cuda(), "optimizer: the device step needs parameters on a CUDA device");
+  const Device d = params_[0]->master.device();
+  if (!dev_) dev_ = std::make_shared<DeviceState>();
+  if (!dev_->step.defined()) {
+    dev_->step = Tensor::empty({1}, DType::I64, d, MemKind::OptimizerState);
+    sync_steps_to_device();
+  }
+  ensure_state();
+  std::vector<kernels::cuda::ParamSlot> slots(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    ENGINE_CHECK(p.master.dtype() == DType::F32 && p.master.device() == d,
+                 "optimizer: CUDA parameters need f32 masters on " << d.str() << ", '" << p.name << "' is "
+                                                                   << p.master.desc());
+    if (!p.grad().defined()) {  // an unused parameter: a zero gradient keeps the plan complete
+      Tensor g = Tensor::empty(p.value.shape(), p.value.dtype(), d, MemKind::Gradients);
+      g.zero();
+      p.value.set_grad(g);
+    }
+    auto& sl = slots[i];
+    sl.grad = p.grad().raw();
+    sl.grad_type = elem_type(p.grad().dtype());
+    sl.master = p.master.data<float>();
+    state_pointers(i, &sl.state1, &sl.state2);
+    const bool has_copy = !p.value.same_storage(p.master);
+    sl.copy = has_copy ? p.value.raw() : nullptr;
+    sl.copy_type = has_copy ? elem_type(p.value.dtype()) : kernels::cuda::ElemType::None;
+    sl.n = p.master.numel();
+  }
+  const auto& plan = device_plan(*dev_, slots);
+  const auto stream = kernels::cuda::default_stream();
+  if (check_only) {
+    kernels::cuda::multi_all_finite(plan, found_inf, stream);
+    return;
+  }
+  const int64_t* step = dev_->step.data<int64_t>();
+  launch_device(&plan, inv_scale, found_inf, step);
+  kernels::cuda::advance_step(dev_->step.data<int64_t>(), found_inf, stream);
+}
+#endif
+
+void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps()); }
 
 void Optimizer::load_state(const StateDict& in) {
   ENGINE_CHECK(in.meta.count("optim/steps"), "checkpoint has no optimizer state");
   steps_ = in.get_int("optim/steps");
+  sync_steps_to_device();
 }
 
 namespace {
@@ -139,13 +270,18 @@ void SGD::load_state(const StateDict& in) {
   load_list(in, momentum_buffers, "momentum", params_, MemKind::OptimizerState);
 }
 
-void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
+kernels::SgdConfig SGD::config() const {
   kernels::SgdConfig c;
   c.lr = lr;
   c.momentum = momentum;
   c.dampening = dampening;
   c.weight_decay = weight_decay;
   c.nesterov = nesterov;
+  return c;
+}
+
+void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
+  const kernels::SgdConfig c = config();
   const bool first = momentum > 0 && !momentum_buffers[i].defined();
   if (first) momentum_buffers[i] = state_like(p);
   Tensor& buf = momentum_buffers[i];
@@ -154,6 +290,30 @@ void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
     kc::sgd_step(g.numel(), grad, static_cast<P>(inv_scale), master, buf.defined() ? buf.data<P>() : nullptr, copy,
                  first, c);
   });
+}
+
+void SGD::ensure_state() {
+  if (momentum == 0) return;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!momentum_buffers[i].defined()) momentum_buffers[i] = state_like(*params_[i]);
+}
+
+void SGD::state_pointers(size_t i, float** state1, float** state2) {
+  *state1 = momentum > 0 ? momentum_buffers[i].data<float>() : nullptr;
+  *state2 = nullptr;
+}
+
+void SGD::launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) {
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::StepScalars sc;
+  sc.inv_scale = inv_scale;
+  sc.found_inf = found_inf;
+  sc.step = step;  // the first applied step initialises the momentum buffers
+  kernels::cuda::multi_sgd_step(*static_cast<const kernels::cuda::MultiTensorPlan*>(plan), config(), sc,
+                                kernels::cuda::default_stream());
+#else
+  (void)plan, (void)inv_scale, (void)found_inf, (void)step;
+#endif
 }
 
 Adam::Adam(std::vector<ParamPtr> params, double lr_, double beta1_, double beta2_, double eps_, double weight_decay_,
@@ -176,11 +336,7 @@ void Adam::load_state(const StateDict& in) {
   load_list(in, exp_avg_sq, "exp_avg_sq", params_, MemKind::OptimizerState);
 }
 
-void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
-  if (!exp_avg[i].defined()) {
-    exp_avg[i] = state_like(p);
-    exp_avg_sq[i] = state_like(p);
-  }
+kernels::AdamConfig Adam::config() const {
   kernels::AdamConfig c;
   c.lr = lr;
   c.beta1 = beta1;
@@ -191,11 +347,46 @@ void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
   const double t = static_cast<double>(steps_ + 1);
   c.bias_correction1 = 1.0 - std::pow(beta1, t);
   c.bias_correction2 = 1.0 - std::pow(beta2, t);
+  return c;
+}
+
+void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
+  if (!exp_avg[i].defined()) {
+    exp_avg[i] = state_like(p);
+    exp_avg_sq[i] = state_like(p);
+  }
+  const kernels::AdamConfig c = config();
   dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
     using P = std::remove_pointer_t<decltype(master)>;
     kc::adam_step(g.numel(), grad, static_cast<P>(inv_scale), master, exp_avg[i].data<P>(), exp_avg_sq[i].data<P>(),
                   copy, c);
   });
+}
+
+void Adam::ensure_state() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (exp_avg[i].defined()) continue;
+    exp_avg[i] = state_like(*params_[i]);
+    exp_avg_sq[i] = state_like(*params_[i]);
+  }
+}
+
+void Adam::state_pointers(size_t i, float** state1, float** state2) {
+  *state1 = exp_avg[i].data<float>();
+  *state2 = exp_avg_sq[i].data<float>();
+}
+
+void Adam::launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) {
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::StepScalars sc;
+  sc.inv_scale = inv_scale;
+  sc.found_inf = found_inf;
+  sc.step = step;  // bias corrections 1 - beta^(step + 1), computed on the device
+  kernels::cuda::multi_adam_step(*static_cast<const kernels::cuda::MultiTensorPlan*>(plan), config(), sc,
+                                 kernels::cuda::default_stream());
+#else
+  (void)plan, (void)inv_scale, (void)found_inf, (void)step;
+#endif
 }
 
 }  // namespace engine

@@ -12,6 +12,7 @@ namespace engine {
 
 class Optimizer {
  public:
+  struct DeviceState;  // the multi-tensor plan and the device step counter (CUDA builds)
   Optimizer(std::vector<ParamPtr> params, double lr);
   virtual ~Optimizer() = default;
 
@@ -24,8 +25,14 @@ class Optimizer {
   bool grads_finite() const;
   void apply(double inv_scale);
   double grad_sq_norm(double inv_scale) const;
+  // The same two passes for parameters on a CUDA device, each one multi-tensor launch that
+  // reads 1/scale and the found-inf flag from device memory: the host never waits. The
+  // update is skipped on the device when *found_inf is set.
+  void check_finite_device(int* found_inf);
+  void apply_device(const float* inv_scale, const int* found_inf);
+  bool on_cuda() const;
   void zero_grad();
-  int64_t steps() const { return steps_; }
+  int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
   const std::vector<ParamPtr>& params() const { return params_; }
   // Checkpoint support: the step count and every state tensor ("optim/<i>/<what>").
   virtual void save_state(StateDict& out) const;
@@ -37,9 +44,19 @@ class Optimizer {
   // Updates parameter i; `g` is its gradient, already checked finite.
   virtual void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) = 0;
   Tensor state_like(const Parameter& p) const;  // zeros shaped like the master, FP32, counted as optimizer state
+  // CUDA: creates every state tensor and gradient up front (the launch plan holds pointers).
+  virtual void ensure_state() = 0;
+  // CUDA: per parameter, the state pointers the multi-tensor kernels update.
+  virtual void state_pointers(size_t i, float** state1, float** state2) = 0;
+  virtual void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) = 0;
+  void sync_steps_to_device();
+#ifdef ENGINE_WITH_CUDA
+  void apply_or_check(int* found_inf, const float* inv_scale, bool check_only);
+#endif
 
   std::vector<ParamPtr> params_;
   int64_t steps_ = 0;
+  std::shared_ptr<DeviceState> dev_;
 };
 
 class SGD : public Optimizer {
@@ -51,9 +68,13 @@ class SGD : public Optimizer {
   std::vector<Tensor> momentum_buffers;  // undefined until the first step (or without momentum)
   void save_state(StateDict& out) const override;
   void load_state(const StateDict& in) override;
+  kernels::SgdConfig config() const;
 
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
+  void ensure_state() override;
+  void state_pointers(size_t i, float** state1, float** state2) override;
+  void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) override;
 };
 
 // decoupled = false: Adam with L2 weight decay; true: AdamW.
@@ -66,9 +87,13 @@ class Adam : public Optimizer {
   std::vector<Tensor> exp_avg, exp_avg_sq;
   void save_state(StateDict& out) const override;
   void load_state(const StateDict& in) override;
+  kernels::AdamConfig config() const;  // bias corrections for the next step, from the host count
 
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
+  void ensure_state() override;
+  void state_pointers(size_t i, float** state1, float** state2) override;
+  void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) override;
 };
 
 }  // namespace engine

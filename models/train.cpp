@@ -305,7 +305,6 @@ int run(const Config& cfg) {
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
 #endif
   const engine::Device device = engine::parse_device(cfg.device);
-  ENGINE_CHECK(device.is_cpu(), "the CUDA backend is not wired into the ops yet; run with --device cpu");
   const DType compute = precision_dtype(cfg.precision);
   engine::manual_seed(cfg.seed);
 

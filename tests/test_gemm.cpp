@@ -24,12 +24,17 @@ template <class T>
 struct Mat {
   int64_t rows, cols, ld;
   std::vector<T> v;
-  Mat(int64_t r, int64_t c, int64_t pad) : rows(r), cols(c), ld(c + pad), v(size_t(r * (c + pad) + 1), T(kNaN)) {}
+  Mat(int64_t r, int64_t c, int64_t pad)
+      : rows(r), cols(c), ld(c + pad), v(size_t(r * (c + pad) + 1), T(kNaN)) {}
   T& at(int64_t i, int64_t j) { return v[size_t(i * ld + j)]; }
-  double get(int64_t i, int64_t j) const { return double(static_cast<float>(v[size_t(i * ld + j)])); }
+  double get(int64_t i, int64_t j) const {
+    return double(static_cast<float>(v[size_t(i * ld + j)]));
+  }
 };
 template <>
-double Mat<double>::get(int64_t i, int64_t j) const { return v[size_t(i * ld + j)]; }
+double Mat<double>::get(int64_t i, int64_t j) const {
+  return v[size_t(i * ld + j)];
+}
 
 // Uniform in [-1, 1), or small dyadic values (k/16, |k| <= 8) whose products and sums are
 // exact in float: then the float-accumulated result is known exactly. A xorshift generator
@@ -138,9 +143,11 @@ void check(Trans ta, Trans tb, const Case& c, const Scale& s, bool dyadic, Rng& 
   // op(A) as M x K and op(B) as N x K in double, so the reference loop runs over rows.
   std::vector<double> a(size_t(M * K)), bt(size_t(N * K));
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) a[size_t(i * K + k)] = ta == Trans::N ? A.get(i, k) : A.get(k, i);
+    for (int64_t k = 0; k < K; ++k)
+      a[size_t(i * K + k)] = ta == Trans::N ? A.get(i, k) : A.get(k, i);
   for (int64_t j = 0; j < N; ++j)
-    for (int64_t k = 0; k < K; ++k) bt[size_t(j * K + k)] = tb == Trans::N ? B.get(k, j) : B.get(j, k);
+    for (int64_t k = 0; k < K; ++k)
+      bt[size_t(j * K + k)] = tb == Trans::N ? B.get(k, j) : B.get(j, k);
 
   gemm<T>(ta, tb, M, N, K, s.alpha, A.v.data(), A.ld, B.v.data(), B.ld, s.beta, C.v.data(), C.ld);
 
@@ -181,13 +188,15 @@ void check(Trans ta, Trans tb, const Case& c, const Scale& s, bool dyadic, Rng& 
   CHECK(bad == 0);
 }
 
-// Sizes: 1 and odd sizes around the micro-tile edges, K from 0 to past one K pass, a narrow
-// im2col-like case, and two with K * N large enough to split the columns into several
-// packed-B blocks (2 and 4) and M small enough to split those between threads.
-const Case kCases[] = {{1, 1, 1},      {1, 1, 0},      {3, 17, 0},     {3, 1, 7},
-                       {17, 3, 64},    {1, 130, 65},   {130, 1, 300},  {17, 65, 257},
-                       {65, 17, 3},    {65, 130, 129}, {130, 65, 300}, {1000, 10, 27},
-                       {5, 600, 2100}, {3, 1000, 3000}};
+// Sizes: 1 and odd sizes around the micro-tile edges; K from 0 to just past 256, 384 and
+// 512 (one K pass of any plausible blocking) and beyond; a narrow im2col-like case; a
+// weight-gradient-like one (small M, long K), which gemm computes as C^T like 1x130 and
+// 17x65; and two with K * N large enough to split the columns into several packed-B
+// blocks (2 and 4) and M small enough to split those between threads.
+const Case kCases[] = {{1, 1, 1},     {1, 1, 0},      {3, 17, 0},     {3, 1, 7},
+                       {17, 3, 64},   {1, 130, 65},   {130, 1, 700},  {17, 65, 257},
+                       {65, 17, 3},   {65, 130, 513}, {130, 65, 385}, {1000, 10, 27},
+                       {16, 27, 600}, {5, 600, 2100}, {3, 1000, 3000}};
 const Scale kScales[] = {{1, 0}, {0.5, 0}, {1, 1}, {-2, 0.5}, {0, 2}, {0, 0}};
 
 template <class T>
@@ -203,9 +212,9 @@ void run_all(bool dyadic) {
         for (size_t si = 0; si < sizeof kScales / sizeof kScales[0]; ++si) {
           if (!small && si != size_t(n) % (sizeof kScales / sizeof kScales[0])) continue;
           const Scale& s = kScales[si];
-          INFO((ta == Trans::N ? "N" : "T") << (tb == Trans::N ? "N" : "T") << " M=" << c.M
-                                            << " N=" << c.N << " K=" << c.K << " alpha="
-                                            << s.alpha << " beta=" << s.beta);
+          INFO((ta == Trans::N ? "N" : "T")
+               << (tb == Trans::N ? "N" : "T") << " M=" << c.M << " N=" << c.N << " K=" << c.K
+               << " alpha=" << s.alpha << " beta=" << s.beta);
           check<T>(ta, tb, c, s, dyadic, rng);
         }
         ++n;

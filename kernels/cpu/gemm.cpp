@@ -14,13 +14,13 @@
 #endif
 #endif
 
-#include "kernels/cpu/gemm.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <type_traits>
+
+#include "kernels/cpu/gemm.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -118,14 +118,17 @@ template <class Acc>
 using VecFor = typename std::conditional<std::is_same<Acc, double>::value, VecD, VecF>::type;
 
 // ---- Cache blocking -----------------------------------------------------------------------
-// KC: depth of one pass; a KC x NR micro-panel of B stays in L1 while A micro-panels stream.
-// kAPanelBytes: the MC x KC block of A, kept in L2 (half of a 1 MiB L2, the rest for B/C).
-// kBPanelBytes: the K x NC block of B shared by all threads, kept in L3.
-constexpr int64_t kKC = 256;
-constexpr int64_t kAPanelBytes = 384 * 1024;
+// KC: depth of one pass; the KC x NR micro-panel of B stays in L1 (48 KiB here) or close,
+// while A micro-panels stream from L2. kAPanelBytes: the MC x KC block of A, kept in L2
+// (half of a 1 MiB L2). kBPanelBytes: the K x NC block of B shared by all threads, in L3.
+// KC 256/384/512 and A blocks of 384/512/768 KiB measured within noise of each other.
+constexpr int64_t kKC = 384;
+constexpr int64_t kAPanelBytes = 512 * 1024;
 constexpr int64_t kBPanelBytes = 4 * 1024 * 1024;
-// Below this many multiply-adds (~20 us on one core) a thread team costs more than it saves;
-// on a loaded machine every barrier may also wait for a descheduled thread.
+// Below this many multiply-adds (~20 us on one core) a thread team costs more than it saves.
+// On a loaded machine (more busy threads than cores) libgomp's default spin-waiting makes a
+// barrier wait a whole time slice for a descheduled team member: 5-20x slower calls were
+// measured, fixed by OMP_WAIT_POLICY=passive. Hence only two sync points per column block.
 [[maybe_unused]] constexpr int64_t kParallelMinMacs = int64_t(1) << 20;
 // Bound on the float C scratch a half/bf16 work item keeps across K passes (per thread).
 constexpr int64_t kMaxScratchCols = 1024;
@@ -231,18 +234,20 @@ inline void narrow(const Acc* s, T* d, int64_t n) {
 #if defined(__F16C__)
 template <>
 inline void widen<half, float>(const half* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].bits);
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm256_storeu_ps(d + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (int64_t i = n8; i < n; ++i) d[i] = _cvtsh_ss(s[i].bits);
 }
 template <>
 inline void narrow<half, float>(const float* s, half* d, int64_t n) {
   constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), kRne));
-  for (; i < n; ++i) d[i].bits = _cvtss_sh(s[i], kRne);
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), kRne));
+  for (int64_t i = n8; i < n; ++i) d[i].bits = _cvtss_sh(s[i], kRne);
 }
 #endif
 
@@ -251,14 +256,26 @@ inline void narrow<half, float>(const float* s, half* d, int64_t n) {
 // valid count zero so the micro-kernel always runs full tiles. Two source shapes occur:
 // lanes contiguous in memory (copy_panel) or k contiguous (transpose_panel).
 
+// One k step of a panel: d[r] = s[r] for r < n, zero up to P. A full step has a fixed
+// trip count, so it compiles to a few vector moves.
+template <int P, class T, class Acc>
+inline void copy_step(const T* s, int64_t n, Acc* d) {
+  if (n == P) {
+    if constexpr (std::is_same<T, Acc>::value) {
+      std::memcpy(d, s, P * sizeof(T));
+    } else {
+      widen(s, d, P);
+    }
+  } else {
+    widen(s, d, n);
+    for (int64_t r = n; r < P; ++r) d[r] = 0;
+  }
+}
+
 // d[k*P + r] = s[k*ld + r] for r < n, k < len.
 template <int P, class T, class Acc>
 void copy_panel(const T* s, int64_t ld, int64_t n, int64_t len, Acc* d) {
-  for (int64_t k = 0; k < len; ++k) {
-    Acc* dk = d + k * P;
-    widen(s + k * ld, dk, n);
-    for (int64_t r = n; r < P; ++r) dk[r] = 0;
-  }
+  for (int64_t k = 0; k < len; ++k) copy_step<P>(s + k * ld, n, d + k * P);
 }
 
 // d[k*P + r] = s[r*ld + k] for r < n, k < len: a transpose, 16 k at a time so every
@@ -355,22 +372,60 @@ void transpose_panel(const T* s, int64_t ld, int64_t n, int64_t len, Acc* d) {
 template <int MR, class T, class Acc>
 void pack_a(Trans ta, const T* A, int64_t lda, int64_t i0, int64_t mb, int64_t p0, int64_t kc,
             Acc* dst) {
-  for (int64_t ir = 0; ir < mb; ir += MR) {
-    const int64_t mr = std::min<int64_t>(MR, mb - ir);
-    if (ta == Trans::N)
-      transpose_panel<MR>(A + (i0 + ir) * lda + p0, lda, mr, kc, dst + ir * kc);
-    else
-      copy_panel<MR>(A + p0 * lda + i0 + ir, lda, mr, kc, dst + ir * kc);
+  if (ta == Trans::N) {
+    for (int64_t ir = 0; ir < mb; ir += MR) {
+      // The transpose reads MR rows in short pieces, which the hardware prefetcher follows
+      // poorly; asking for the next panel's rows now hides the memory latency.
+      for (int64_t r = ir + MR; r < std::min(mb, ir + 2 * MR); ++r)
+        for (int64_t k = 0; k < kc; k += 64 / int64_t(sizeof(T)))
+          __builtin_prefetch(A + (i0 + r) * lda + p0 + k);
+      transpose_panel<MR>(A + (i0 + ir) * lda + p0, lda, std::min<int64_t>(MR, mb - ir), kc,
+                          dst + ir * kc);
+    }
+  } else {
+    for (int64_t ir = 0; ir < mb; ir += MR)
+      copy_panel<MR>(A + p0 * lda + i0 + ir, lda, std::min<int64_t>(MR, mb - ir), kc,
+                     dst + ir * kc);
   }
 }
 
-// Columns [j0, j0+nb) of op(B), all K rows -> one K x NR micro-panel.
+// Columns [j0, j0+nb) of op(B), rows [k0, k0+kn) -> rows k0.. of a K x NR micro-panel
+// (dst points at its row 0).
 template <int NR, class T, class Acc>
-void pack_b(Trans tb, const T* B, int64_t ldb, int64_t K, int64_t j0, int64_t nb, Acc* dst) {
+void pack_b(Trans tb, const T* B, int64_t ldb, int64_t k0, int64_t kn, int64_t j0, int64_t nb,
+            Acc* dst) {
   if (tb == Trans::N)
-    copy_panel<NR>(B + j0, ldb, nb, K, dst);
+    copy_panel<NR>(B + k0 * ldb + j0, ldb, nb, kn, dst + k0 * NR);
   else
-    transpose_panel<NR>(B + j0 * ldb, ldb, nb, K, dst);
+    transpose_panel<NR>(B + j0 * ldb + k0, ldb, nb, kn, dst + k0 * NR);
+}
+
+// Writes the valid mr x nb part of a computed tile: C(r0+i, c0+j) = alpha * tile(i,j) +
+// beta * C(r0+i, c0+j), C unread when beta == 0. With ct, C holds the transpose: element
+// (r, c) of the product lives at C[c*ldc + r]; lines of C are then written contiguously.
+template <int MR, int NR, class T, class Acc>
+void store_tile(const Acc* tile, int64_t mr, int64_t nb, T* C, int64_t ldc, int64_t r0, int64_t c0,
+                bool ct, Acc alpha, Acc beta) {
+  const int64_t lines = ct ? nb : mr, len = ct ? mr : nb;
+  for (int64_t l = 0; l < lines; ++l) {
+    T* c = ct ? C + (c0 + l) * ldc + r0 : C + (r0 + l) * ldc + c0;
+    const Acc* t = ct ? tile + l : tile + l * NR;
+    const int64_t step = ct ? NR : 1;
+    if constexpr (std::is_same<T, Acc>::value) {
+      if (beta == Acc(0))
+        for (int64_t e = 0; e < len; ++e) c[e] = alpha * t[e * step];
+      else
+        for (int64_t e = 0; e < len; ++e) c[e] = alpha * t[e * step] + beta * c[e];
+    } else {
+      Acc buf[MR > NR ? MR : NR];
+      if (beta != Acc(0)) widen(c, buf, len);
+      for (int64_t e = 0; e < len; ++e) {
+        const Acc v = alpha * t[e * step];
+        buf[e] = beta == Acc(0) ? v : v + beta * buf[e];
+      }
+      narrow(buf, c, len);  // for half/bf16 the one rounding of the whole sum
+    }
+  }
 }
 
 // ---- Driver --------------------------------------------------------------------------------
@@ -381,10 +436,11 @@ void pack_b(Trans tb, const T* B, int64_t ldb, int64_t K, int64_t j0, int64_t nb
 // For T == Acc the micro-kernel accumulates straight into C across passes. For half/bf16
 // it accumulates into a per-thread float copy of the item's C tiles, converted to T once
 // after the last pass, so the whole K-sum is rounded a single time.
+// ct: C is stored transposed (see store_tile); every tile then goes through store_tile.
 template <class T, class V, int MR, int NV>
 void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename V::T alpha,
                   const T* A, int64_t lda, const T* B, int64_t ldb, typename V::T beta, T* C,
-                  int64_t ldc) {
+                  int64_t ldc, bool ct) {
   using Acc = typename V::T;
   constexpr int NR = NV * V::W;
   constexpr bool kDirect = std::is_same<T, Acc>::value;
@@ -399,7 +455,8 @@ void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename 
 
   // Row blocks: as many as the A block size needs, rounded up to a multiple of the thread
   // count so the threads get equal shares, and each a whole number of micro-panels.
-  const int64_t mc_max = std::max<int64_t>(MR, kAPanelBytes / (kc_max * int64_t(sizeof(Acc))) / MR * MR);
+  const int64_t mc_max =
+      std::max<int64_t>(MR, kAPanelBytes / (kc_max * int64_t(sizeof(Acc))) / MR * MR);
   int64_t nbm = ceil_div(M, mc_max);
   nbm = std::min(round_up(nbm, nt), ceil_div(M, MR));
   const int64_t mc = round_up(ceil_div(M, nbm), MR);
@@ -419,8 +476,8 @@ void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename 
   const int64_t b_elems = round_up(K * nc_max, kLine);
   const int64_t a_elems = round_up(mc * kc_max, kLine);
   const int64_t c_elems = kDirect ? 0 : round_up(mc * np_max * NR, kLine);
-  Acc* const Bbuf = static_cast<Acc*>(call_scratch().get(
-      (nbuf_b * b_elems + nt * (a_elems + c_elems)) * int64_t(sizeof(Acc))));
+  Acc* const Bbuf = static_cast<Acc*>(
+      call_scratch().get((nbuf_b * b_elems + nt * (a_elems + c_elems)) * int64_t(sizeof(Acc))));
 
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -441,11 +498,15 @@ void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename 
       const int64_t nc = std::min(nc_max, N - jc);
       const int64_t np = ceil_div(nc, NR);
       Acc* const Bp = Bbuf + (blk % nbuf_b) * b_elems;
+      // Pieces of one K pass per panel, so the team shares even a single wide panel.
+      const int64_t nkp = ceil_div(K, kKC);
 #if defined(_OPENMP)
 #pragma omp for schedule(static)
 #endif
-      for (int64_t q = 0; q < np; ++q) {
-        pack_b<NR>(tb, B, ldb, K, jc + q * NR, std::min<int64_t>(NR, nc - q * NR), Bp + q * K * NR);
+      for (int64_t u = 0; u < np * nkp; ++u) {
+        const int64_t q = u / nkp, k0 = (u % nkp) * kKC;
+        pack_b<NR>(tb, B, ldb, k0, std::min(kKC, K - k0), jc + q * NR,
+                   std::min<int64_t>(NR, nc - q * NR), Bp + q * K * NR);
       }
       // Too few row blocks for the team: also split the column panels.
       const int64_t ng = nbm >= nt ? 1 : std::min(np, ceil_div(nt, nbm));
@@ -470,34 +531,19 @@ void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename 
             for (int64_t ir = 0; ir < mb; ir += MR) {
               const int64_t mr = std::min<int64_t>(MR, mb - ir);
               const Acc* ap = Ap + ir * kc;
-              T* c = C + (i0 + ir) * ldc + j0;
               if constexpr (kDirect) {
                 const Acc be = first ? beta : Acc(1);
-                if (mr == MR && nb == NR) {
-                  micro_kernel<V, MR, NV>(kc, ap, bp, c, ldc, alpha, be);
-                } else {  // edge tile: compute the full tile aside, store the valid part
+                if (!ct && mr == MR && nb == NR) {
+                  micro_kernel<V, MR, NV>(kc, ap, bp, C + (i0 + ir) * ldc + j0, ldc, alpha, be);
+                } else {  // edge or transposed tile: compute it aside, store the valid part
                   alignas(64) Acc tile[MR * NR];
                   micro_kernel<V, MR, NV>(kc, ap, bp, tile, NR, Acc(1), Acc(0));
-                  for (int64_t i = 0; i < mr; ++i)
-                    for (int64_t j = 0; j < nb; ++j) {
-                      const Acc v = alpha * tile[i * NR + j];
-                      c[i * ldc + j] = be == Acc(0) ? v : v + be * c[i * ldc + j];
-                    }
+                  store_tile<MR, NR>(tile, mr, nb, C, ldc, i0 + ir, j0, ct, alpha, be);
                 }
               } else {
                 Acc* tile = Cf + ((q - q0) * mc + ir) * NR;
                 micro_kernel<V, MR, NV>(kc, ap, bp, tile, NR, Acc(1), first ? Acc(0) : Acc(1));
-                if (last) {  // the single rounding to T
-                  for (int64_t i = 0; i < mr; ++i) {
-                    Acc row[NR];
-                    if (beta != Acc(0)) widen(c + i * ldc, row, nb);
-                    for (int64_t j = 0; j < nb; ++j) {
-                      const Acc v = alpha * tile[i * NR + j];
-                      row[j] = beta == Acc(0) ? v : v + beta * row[j];
-                    }
-                    narrow(row, c + i * ldc, nb);
-                  }
-                }
+                if (last) store_tile<MR, NR>(tile, mr, nb, C, ldc, i0 + ir, j0, ct, alpha, beta);
               }
             }
           }
@@ -528,18 +574,41 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, con
       }
     return;
   }
-  // Narrow C (im2col with few output channels, classifier heads): one vector per row and a
-  // taller tile, so fewer lanes are wasted on padding.
-  if (N <= V::W)
-    gemm_blocked<T, V, kNarrowMR, 1>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc);
-  else
-    gemm_blocked<T, V, kWideMR, kWideNV>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc);
+  // Narrow C (im2col with few output channels, classifier heads) gets one vector per row
+  // and a taller tile, so fewer lanes are wasted on padding.
+  // Then the orientation: computing C^T = op(B)^T op(A)^T instead can pad far less (small
+  // M, as in the weight gradient gy^T * im2col where M = output channels) and can avoid
+  // repacking A for every column block when N is wide and K long. A rough cycle count for
+  // each: FMAs over padded tiles, ~3 cycles per repacked element from memory, and for the
+  // transposed form its scalar tile stores; swap only on a clear gain.
+  constexpr int W = V::W;
+  const auto cycles = [&](int64_t m, int64_t n, bool transposed) {
+    const int64_t mr = n <= W ? kNarrowMR : kWideMR, nr = n <= W ? W : kWideNV * W;
+    const double padded = double(round_up(m, mr)) * double(round_up(n, nr)) * double(K);
+    const int64_t nc = std::max<int64_t>(nr, kBPanelBytes / (K * int64_t(sizeof(Acc))) / nr * nr);
+    double c = padded / (2 * W) + 3.0 * double(ceil_div(n, nc) - 1) * double(m) * double(K);
+    if (transposed) c += double(m) * double(n) * double(ceil_div(K, kKC));
+    return c;
+  };
+  const bool swap = K >= 64 && cycles(N, M, true) < 0.9 * cycles(M, N, false);
+  if (swap) {
+    const Trans ta2 = tb == Trans::N ? Trans::T : Trans::N;
+    const Trans tb2 = ta == Trans::N ? Trans::T : Trans::N;
+    if (M <= W)
+      gemm_blocked<T, V, kNarrowMR, 1>(ta2, tb2, N, M, K, a, B, ldb, A, lda, b, C, ldc, true);
+    else
+      gemm_blocked<T, V, kWideMR, kWideNV>(ta2, tb2, N, M, K, a, B, ldb, A, lda, b, C, ldc, true);
+  } else if (N <= W) {
+    gemm_blocked<T, V, kNarrowMR, 1>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc, false);
+  } else {
+    gemm_blocked<T, V, kWideMR, kWideNV>(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc, false);
+  }
 }
 
 template void gemm<float>(Trans, Trans, int64_t, int64_t, int64_t, double, const float*, int64_t,
                           const float*, int64_t, double, float*, int64_t);
-template void gemm<double>(Trans, Trans, int64_t, int64_t, int64_t, double, const double*,
-                           int64_t, const double*, int64_t, double, double*, int64_t);
+template void gemm<double>(Trans, Trans, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
 template void gemm<half>(Trans, Trans, int64_t, int64_t, int64_t, double, const half*, int64_t,
                          const half*, int64_t, double, half*, int64_t);
 template void gemm<bfloat16>(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*,

@@ -21,7 +21,9 @@ enum class Trans { N, T };
 // K-sum stays in float and C is rounded to T once, at the end.
 // beta == 0 writes C without reading it (C may hold NaN); alpha == 0 or K == 0 reads neither
 // A nor B and leaves C = beta * C. M, N or K may be 0. Uses OpenMP threads when built with it
-// and the product is large enough; safe to call from several threads at once.
+// and the product is large enough (inside a parallel region: the calling thread only); safe
+// to call from several threads at once. Reuses per-thread scratch, never freed until the
+// thread exits (up to ~10 MB; more only for K beyond ~30000).
 template <class T>
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, double beta, T* C, int64_t ldc);

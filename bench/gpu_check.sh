@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # the section functions are called through "$s" (indirectly)
+# bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. It builds the engine
+# with the CUDA backend for sm_90, runs the whole CTest suite (the [cuda] tests verbosely),
+# runs compute-sanitizer over the small [cuda][sanitize] tests, and prints one short summary
+# table last. Exit status 0 only when every section passed. Budget: under 8 minutes.
+#
+#   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout
+#   bash bench/gpu_check.sh --prepare   on the development machine, BEFORE the GPU call:
+#                                       copies the header-only build dependencies the GPU
+#                                       image lacks (Catch2 v2, stb_image) into .gpu_deps/,
+#                                       which must travel with the working tree (untracked
+#                                       files do; if .gpu_deps is git-ignored, carry it)
+#
+# Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET
+# (seconds, default 460), GPU_CHECK_CTEST_EXCLUDE (ctest -E regex for the CPU suite),
+# GPU_CHECK_COMMIT (the commit to report when the copy there has no .git),
+# CUDNN_ROOT (skip the search), OUT (a folder whose files come back from the GPU machine:
+# the logs are copied there).
+#
+# The GPU image has nvcc, CMake, ninja and PyTorch; cuDNN and cuBLAS may live only in
+# PyTorch's nvidia-* pip packages, found here through python3 and handed to CMake as hints.
+# Nothing is downloaded. Later sections (kernel benchmarks, the PyTorch side-by-side) plug in
+# as functions named in SECTIONS below; each one's verdict lands in the summary table.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${GPU_CHECK_BUILD:-$ROOT/build-gpu}"
+DEPS="$ROOT/.gpu_deps"
+BUDGET="${GPU_CHECK_BUDGET:-460}"
+START=$(date +%s)
+DEADLINE=$((START + BUDGET))
+LOGDIR="$BUILD/gpu_check_logs"
+
+# ---- --prepare (development machine) ---------------------------------------------------------
+if [ "${1:-}" = "--prepare" ]; then
+  mkdir -p "$DEPS/include/catch2" "$DEPS/include/stb"
+  ok=1
+  for pair in "/usr/include/catch2/catch.hpp:$DEPS/include/catch2/catch.hpp" \
+              "/usr/include/stb/stb_image.h:$DEPS/include/stb/stb_image.h"; do
+    src="${pair%%:*}" dst="${pair#*:}"
+    if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
+    else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
+  done
+  [ "$ok" = 1 ] || exit 1
+  du -sh "$DEPS"
+  exit 0
+fi
+
+# ---- helpers ---------------------------------------------------------------------------------
+SUMMARY=()   # "name|verdict|detail" rows
+FAILED=0
+say() { printf '\n== %s\n' "$*"; }
+left() { echo $((DEADLINE - $(date +%s))); }
+record() {  # record NAME VERDICT DETAIL; any verdict other than ok/skipped fails the run
+  SUMMARY+=("$1|$2|$3")
+  case "$2" in ok|skipped) ;; *) FAILED=1 ;; esac
+}
+# Runs a command with the time left (minus a reserve for the sections after it).
+run_limited() {  # run_limited RESERVE_SECONDS cmd...
+  local reserve="$1"; shift
+  local t=$(( $(left) - reserve ))
+  if [ "$t" -lt 10 ]; then echo "(no time left for: $*)"; return 124; fi
+  timeout --kill-after=10 "$t" "$@"
+}
+mkdir -p "$LOGDIR"
+
+# ---- sections --------------------------------------------------------------------------------
+CMAKE_HINTS=()
+EXTRA_INC=()
+
+section_env() {
+  say "environment"
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  echo "GPU:   ${gpu:-none visible to nvidia-smi}"
+  NVCC="$(command -v nvcc || true)"
+  [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+  if [ -z "$NVCC" ]; then record env FAILED "no nvcc"; return 1; fi
+  echo "nvcc:  $NVCC ($("$NVCC" --version | grep -o 'release [0-9.]*' || true))"
+  echo "cmake: $(cmake --version | head -1), ninja $(ninja --version 2>/dev/null || echo missing), $(nproc) cores"
+  CUDA_HOME_GUESS="$(cd "$(dirname "$NVCC")/.." && pwd)"
+  CMAKE_HINTS+=("-DCMAKE_CUDA_COMPILER=$NVCC")
+
+  # Where the toolkit lacks cuDNN or cuBLASLt, take them from the nvidia-* pip packages
+  # (namespace packages: walk nvidia.__path__, __file__ may be None).
+  local py_out
+  py_out=$(python3 - <<'PY' 2>/dev/null
+import os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+found = {}
+for r in roots:
+    for dp, dn, fn in os.walk(r):
+        if dp[len(r):].count(os.sep) > 3:
+            dn[:] = []
+            continue
+        for f in fn:
+            if f == "cudnn.h": found.setdefault("cudnn_inc", dp)
+            elif f == "cublasLt.h": found.setdefault("cublaslt_inc", dp)
+            elif f.startswith("libcudnn.so"): found.setdefault("cudnn_lib", dp)
+            elif f.startswith("libcublasLt.so"): found.setdefault("cublaslt_lib", os.path.join(dp, f))
+for k, v in found.items():
+    print(f"{k}={v}")
+PY
+)
+  local cudnn_inc="" cudnn_lib="" cublaslt_inc="" cublaslt_lib="" line
+  while IFS= read -r line; do
+    case "$line" in
+      cudnn_inc=*) cudnn_inc="${line#*=}" ;;
+      cudnn_lib=*) cudnn_lib="${line#*=}" ;;
+      cublaslt_inc=*) cublaslt_inc="${line#*=}" ;;
+      cublaslt_lib=*) cublaslt_lib="${line#*=}" ;;
+    esac
+  done <<< "$py_out"
+
+  local have_cudnn=no
+  if [ -n "${CUDNN_ROOT:-}" ]; then
+    CMAKE_HINTS+=("-DCUDNN_ROOT=$CUDNN_ROOT"); have_cudnn="CUDNN_ROOT=$CUDNN_ROOT"
+  elif [ -f "$CUDA_HOME_GUESS/include/cudnn.h" ]; then
+    have_cudnn="toolkit"
+  elif [ -n "$cudnn_inc" ]; then
+    CMAKE_HINTS+=("-DCUDNN_ROOT=$(dirname "$cudnn_inc")" "-DCUDNN_INCLUDE_DIR=$cudnn_inc")
+    local lib
+    for lib in "$cudnn_lib"/libcudnn.so*; do
+      [ -e "$lib" ] && { CMAKE_HINTS+=("-DCUDNN_LIBRARY=$lib"); break; }
+    done
+    have_cudnn="pip: $(dirname "$cudnn_inc")"
+  fi
+  echo "cuDNN: $have_cudnn"
+  if ls "$CUDA_HOME_GUESS"/lib*/libcublasLt.so* >/dev/null 2>&1; then
+    echo "cuBLASLt: toolkit"
+  elif [ -n "$cublaslt_lib" ]; then
+    CMAKE_HINTS+=("-DCUDA_cublasLt_LIBRARY=$cublaslt_lib")
+    echo "cuBLASLt: pip: $cublaslt_lib"
+  else
+    echo "cuBLASLt: not found"
+  fi
+  if [ ! -f "$CUDA_HOME_GUESS/include/cublasLt.h" ] && [ -n "$cublaslt_inc" ]; then EXTRA_INC+=("$cublaslt_inc"); fi
+  # Run time: the pip libraries are not on the loader's path (and libcudnn loads its
+  # sub-libraries by name).
+  local d
+  for d in "$cudnn_lib" "$(dirname "${cublaslt_lib:-/nonexistent/x}")"; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  done
+
+  # Header-only test/build dependencies: the system's, else the copies --prepare made.
+  if [ ! -f /usr/include/catch2/catch.hpp ] && ! cmake --find-package -DNAME=Catch2 -DCOMPILER_ID=GNU \
+       -DLANGUAGE=CXX -DMODE=EXIST >/dev/null 2>&1; then
+    if [ -f "$DEPS/include/catch2/catch.hpp" ]; then
+      write_catch2_shim "$BUILD/_catch2"
+      CMAKE_HINTS+=("-DCatch2_DIR=$BUILD/_catch2")
+      EXTRA_INC+=("$DEPS/include")
+      echo "Catch2: .gpu_deps shim"
+    else
+      record env FAILED "no Catch2 (run bash bench/gpu_check.sh --prepare on the dev machine)"; return 1
+    fi
+  fi
+  if [ ! -f /usr/include/stb/stb_image.h ]; then
+    if [ -f "$DEPS/include/stb/stb_image.h" ]; then EXTRA_INC+=("$DEPS/include"); echo "stb_image: .gpu_deps"
+    else record env FAILED "no stb_image.h (run bash bench/gpu_check.sh --prepare on the dev machine)"; return 1; fi
+  fi
+  record env ok "${gpu:-no GPU name}"
+}
+
+# A minimal Catch2 package for find_package(Catch2 2) + include(Catch): an interface target
+# on the copied header, and catch_discover_tests registering the whole binary as one test.
+write_catch2_shim() {
+  local dir="$1"
+  mkdir -p "$dir"
+  cat > "$dir/Catch2Config.cmake" <<EOF
+if(NOT TARGET Catch2::Catch2)
+  add_library(Catch2::Catch2 INTERFACE IMPORTED)
+  set_target_properties(Catch2::Catch2 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "$DEPS/include")
+endif()
+list(APPEND CMAKE_MODULE_PATH "\${CMAKE_CURRENT_LIST_DIR}")
+EOF
+  cat > "$dir/Catch2ConfigVersion.cmake" <<'EOF'
+set(PACKAGE_VERSION "2.13.10")
+if(PACKAGE_FIND_VERSION_MAJOR EQUAL 2)
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+endif()
+EOF
+  cat > "$dir/Catch.cmake" <<'EOF'
+function(catch_discover_tests target)
+  add_test(NAME ${target} COMMAND ${target})
+endfunction()
+EOF
+}
+
+section_configure() {
+  say "configure ($BUILD)"
+  local flags=""
+  local inc
+  for inc in "${EXTRA_INC[@]+"${EXTRA_INC[@]}"}"; do flags="$flags -isystem $inc"; done
+  local t0; t0=$(date +%s)
+  if run_limited 300 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 "${CMAKE_HINTS[@]+"${CMAKE_HINTS[@]}"}" \
+        ${flags:+"-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_CUDA_FLAGS=$flags"} > "$LOGDIR/configure.log" 2>&1; then
+    grep -E "cuDNN|CUDA backend|CIFAR" "$LOGDIR/configure.log" || true
+    record configure ok "$(( $(date +%s) - t0 )) s"
+  else
+    tail -40 "$LOGDIR/configure.log"
+    record configure FAILED "see configure.log"; return 1
+  fi
+}
+
+section_build() {
+  say "build ($(nproc) jobs)"
+  local t0; t0=$(date +%s)
+  if run_limited 150 cmake --build "$BUILD" --parallel "$(nproc)" > "$LOGDIR/build.log" 2>&1; then
+    local warnings; warnings=$(grep -c -i "warning" "$LOGDIR/build.log" || true)
+    echo "built; $warnings warning lines (see build.log)"
+    grep -i -A3 "warning" "$LOGDIR/build.log" | head -30 || true
+    record build ok "$(( $(date +%s) - t0 )) s, $warnings warning lines"
+  else
+    grep -E "error|FAILED" -A5 "$LOGDIR/build.log" | head -80
+    tail -20 "$LOGDIR/build.log"
+    record build FAILED "see build.log"; return 1
+  fi
+}
+
+# Counts passed/failed/skipped from a CTest JUnit file.
+junit_counts() {
+  python3 - "$1" <<'PY' 2>/dev/null || echo "? ? ?"
+import sys, xml.etree.ElementTree as ET
+p = f = s = 0
+for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    st = tc.get("status", "")
+    if tc.find("skipped") is not None or st in ("notrun", "disabled") or st.startswith("skip"):
+        s += 1
+    elif tc.find("failure") is not None or tc.find("error") is not None or st == "fail":
+        f += 1
+    else:
+        p += 1
+print(p, f, s)
+PY
+}
+
+TEST_COUNTS="0 0 0"
+section_tests() {
+  say "ctest: the CPU suite"
+  local t0; t0=$(date +%s)
+  local rc1=0 rc2=0
+  local exclude="cuda_tests${GPU_CHECK_CTEST_EXCLUDE:+|$GPU_CHECK_CTEST_EXCLUDE}"
+  run_limited 120 ctest --test-dir "$BUILD" --output-on-failure --parallel "$(nproc)" -E "$exclude" \
+      --timeout 240 --output-junit "$LOGDIR/ctest_cpu.xml" > "$LOGDIR/ctest_cpu.log" 2>&1 || rc1=$?
+  grep -E "tests passed|tests failed|\*\*\*|Failed|Skipped|Total Test time" "$LOGDIR/ctest_cpu.log" | tail -40
+  say "ctest: the [cuda] tests (verbose)"
+  run_limited 60 ctest --test-dir "$BUILD" -R '^cuda_tests$' -V --timeout 300 \
+      --output-junit "$LOGDIR/ctest_cuda.xml" > "$LOGDIR/ctest_cuda.log" 2>&1 || rc2=$?
+  # The Catch2 report: failures in full, then the totals.
+  sed -n '/^[0-9]*: ---*$/,$p' "$LOGDIR/ctest_cuda.log" | grep -v "^[0-9]*: *$" | tail -150
+  grep -E "test cases|SKIPPED|tests passed|tests failed" "$LOGDIR/ctest_cuda.log" | tail -5
+  local a b
+  a=$(junit_counts "$LOGDIR/ctest_cpu.xml"); b=$(junit_counts "$LOGDIR/ctest_cuda.xml")
+  # shellcheck disable=SC2086
+  TEST_COUNTS=$(echo $a $b | awk '{print $1+$4, $2+$5, $3+$6}')
+  CUDA_CASES=$(grep -E "^[0-9]*: (All tests passed|test cases:)" "$LOGDIR/ctest_cuda.log" | tail -1 | sed 's/^[0-9]*: //')
+  local p f s
+  read -r p f s <<< "$TEST_COUNTS"
+  local detail="passed $p, failed $f, skipped $s ($(( $(date +%s) - t0 )) s)"
+  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$f" = 0 ]; then
+    if grep -q "SKIPPED: \[cuda\]" "$LOGDIR/ctest_cuda.log"; then record ctest FAILED "$detail; [cuda] tests SKIPPED: no device?"
+    else record ctest ok "$detail"; fi
+  else
+    record ctest FAILED "$detail (rc cpu $rc1, cuda $rc2)"
+  fi
+  local why_skipped
+  why_skipped=$(grep -o "SKIPPED: \[cuda\].*" "$LOGDIR/ctest_cuda.log" | head -1)
+  if [ -n "$why_skipped" ]; then record cuda_tests FAILED "$why_skipped"
+  elif [ "$rc2" = 0 ] && [ -n "${CUDA_CASES:-}" ]; then record cuda_tests ok "$CUDA_CASES"
+  else record cuda_tests FAILED "${CUDA_CASES:-no Catch2 totals (crash or timeout?)}"; fi
+}
+
+section_sanitizer() {
+  say "compute-sanitizer on the [sanitize] tests"
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then record sanitizer skipped "compute-sanitizer not installed"; return 0; fi
+  local bin="$BUILD/engine_cuda_tests"
+  if [ ! -x "$bin" ]; then record sanitizer FAILED "no $bin"; return 1; fi
+  local tool verdicts="" bad=0 ran=0 rc
+  local avail=$(( $(left) - 20 ))
+  if [ "$avail" -lt 60 ]; then record sanitizer skipped "no time left in the budget"; return 0; fi
+  local cap=$(( avail / 2 ))  # two tools share what is left
+  for tool in memcheck racecheck; do
+    local spec="[sanitize]"
+    [ "$tool" = racecheck ] && spec="[sanitize]~cuBLASLt*"  # our shared-memory kernels only
+    rc=0
+    timeout --kill-after=5 "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$bin" "$spec" \
+        > "$LOGDIR/sanitizer_$tool.log" 2>&1 || rc=$?
+    tail -6 "$LOGDIR/sanitizer_$tool.log"
+    # gVisor machines refuse the sanitizer outright ("Device not supported"): not our failure.
+    if grep -q -E "Device not supported|not supported on this|Unable to find injection|No attachable process" \
+         "$LOGDIR/sanitizer_$tool.log"; then
+      verdicts="$verdicts $tool unsupported on this machine;"
+    elif [ "$rc" = 0 ]; then verdicts="$verdicts $tool clean;"; ran=1
+    elif [ "$rc" = 124 ]; then verdicts="$verdicts $tool incomplete (over its ${cap} s share);"  # slow, not wrong
+    else verdicts="$verdicts $tool rc $rc (see sanitizer_$tool.log);"; bad=1
+    fi
+  done
+  if [ "$bad" = 1 ]; then record sanitizer FAILED "${verdicts# }"
+  elif [ "$ran" = 1 ]; then record sanitizer ok "${verdicts# }"
+  else record sanitizer skipped "${verdicts# }"; fi
+}
+
+# Later: section_bench (kernel and training benchmarks), section_pytorch (side-by-side).
+SECTIONS=(section_env section_configure section_build section_tests section_sanitizer)
+
+for s in "${SECTIONS[@]}"; do
+  if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
+  if ! "$s"; then
+    # A section that cannot proceed stops the ones depending on it.
+    case "$s" in section_env|section_configure|section_build) break ;; esac
+  fi
+done
+
+# ---- logs back and the summary ---------------------------------------------------------------
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+  for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log; do
+    [ -f "$LOGDIR/$f" ] && tail -c 4000000 "$LOGDIR/$f" > "$OUT/$f"
+  done
+fi
+commit="${GPU_CHECK_COMMIT:-}"
+if [ -z "$commit" ]; then
+  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git; set GPU_CHECK_COMMIT)")
+  if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
+fi
+read -r P F S <<< "$TEST_COUNTS"
+say "gpu_check summary"
+printf '%-12s %s\n' commit "$commit"
+for row in "${SUMMARY[@]}"; do
+  IFS='|' read -r name verdict detail <<< "$row"
+  printf '%-12s %-8s %s\n' "$name" "$verdict" "$detail"
+done
+printf '%-12s passed %s, failed %s, skipped %s\n' tests "$P" "$F" "$S"
+printf '%-12s %s s (budget %s s)\n' "wall time" "$(( $(date +%s) - START ))" "$BUDGET"
+if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; exit 0; else echo "RESULT: FAIL"; exit 1; fi

@@ -1,0 +1,418 @@
+// cuDNN convolutions: descriptors per call (host-only, microseconds), algorithm per
+// (direction, shape, dtype, TF32) chosen once and cached, workspace from the allocator.
+#include "kernels/cuda/conv.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/numeric.h"
+
+#ifdef ENGINE_WITH_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace kernels::cuda {
+
+namespace {
+std::atomic<int> g_search{static_cast<int>(ConvAlgoSearch::Heuristic)};
+std::atomic<size_t> g_ws_limit{size_t(1) << 30};
+}  // namespace
+
+void set_conv_algo_search(ConvAlgoSearch mode) { g_search.store(static_cast<int>(mode)); }
+ConvAlgoSearch conv_algo_search() { return static_cast<ConvAlgoSearch>(g_search.load()); }
+void set_conv_workspace_limit(size_t bytes) { g_ws_limit.store(bytes); }
+size_t conv_workspace_limit() { return g_ws_limit.load(); }
+
+#ifdef ENGINE_WITH_CUDNN
+
+bool cudnn_available() { return true; }
+
+namespace {
+
+enum class Dir : int { Fwd = 0, BwdData = 1, BwdFilter = 2 };
+const char* dir_name(Dir d) {
+  return d == Dir::Fwd ? "fwd" : d == Dir::BwdData ? "bwd-data" : "bwd-filter";
+}
+const char* dtype_name(cudnnDataType_t t) {
+  return t == CUDNN_DATA_FLOAT ? "f32" : t == CUDNN_DATA_HALF ? "f16" : t == CUDNN_DATA_BFLOAT16 ? "bf16" : "?";
+}
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op-conv";
+    case CUDNN_FMA_MATH: return "fma";
+  }
+  return "?";
+}
+
+template <class T> cudnnDataType_t cudnn_type();
+template <> cudnnDataType_t cudnn_type<float>() { return CUDNN_DATA_FLOAT; }
+template <> cudnnDataType_t cudnn_type<half>() { return CUDNN_DATA_HALF; }
+template <> cudnnDataType_t cudnn_type<bfloat16>() { return CUDNN_DATA_BFLOAT16; }
+
+std::string dims_str(const ConvDims& d) {
+  std::ostringstream os;
+  os << "x[" << d.n << "," << d.h << "," << d.w << "," << d.c << "] w[" << d.k << "," << d.r << "," << d.s << ","
+     << d.c << "] stride " << d.stride << " pad " << d.pad;
+  return os.str();
+}
+
+// ---- RAII descriptors ----------------------------------------------------------------------
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc() { CHECK_CUDNN(cudnnCreateTensorDescriptor(&d)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc() { CHECK_CUDNN(cudnnCreateFilterDescriptor(&d)); }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc() { CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d)); }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+struct Descs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  Descs(const ConvDims& d, cudnnDataType_t dt) {
+    const int64_t oh = d.out_h(), ow = d.out_w();
+    for (int64_t v : {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad, oh, ow})
+      ENGINE_CHECK(v <= INT_MAX, "conv2d: dimension " << v << " exceeds cuDNN's int range (" << dims_str(d) << ")");
+    const auto i = [](int64_t v) { return static_cast<int>(v); };
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.c), i(d.h), i(d.w)));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(y.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.k), i(oh), i(ow)));
+    // NHWC filter format = [K, R, S, C] in memory: our KRSC layout.
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(w.d, dt, CUDNN_TENSOR_NHWC, i(d.k), i(d.c), i(d.r), i(d.s)));
+    CHECK_CUDNN(cudnnSetConvolution2dDescriptor(conv.d, i(d.pad), i(d.pad), i(d.stride), i(d.stride), 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    int on = 0, oc = 0, ohh = 0, oww = 0;
+    CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(conv.d, x.d, w.d, &on, &oc, &ohh, &oww));
+    ENGINE_CHECK(on == d.n && oc == d.k && ohh == oh && oww == ow,
+                 "conv2d: cuDNN's output shape [" << on << "," << ohh << "," << oww << "," << oc
+                                                  << "] differs from ours [" << d.n << "," << oh << "," << ow << ","
+                                                  << d.k << "] for " << dims_str(d));
+  }
+};
+
+// ---- algorithm candidates -------------------------------------------------------------------
+
+struct Cand {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnMathType_t math;
+  float time;
+};
+
+template <class Perf> void append(std::vector<Cand>& out, const Perf* p, int count) {
+  for (int i = 0; i < count; ++i)
+    out.push_back(Cand{static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].mathType, p[i].time});
+}
+
+std::vector<Cand> heuristic_candidates(Dir dir, cudnnHandle_t h, const Descs& d) {
+  std::vector<Cand> out;
+  int max = 0, got = 0;
+  switch (dir) {
+    case Dir::Fwd: {
+      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, max, &got, p.data()));
+      append(out, p.data(), got);
+      break;
+    }
+    case Dir::BwdData: {
+      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, max, &got, p.data()));
+      append(out, p.data(), got);
+      break;
+    }
+    case Dir::BwdFilter: {
+      CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, max, &got, p.data()));
+      append(out, p.data(), got);
+      break;
+    }
+  }
+  return out;
+}
+
+// in0/in1/out: fwd (x, w, y); bwd-data (gy, w, gx); bwd-filter (x, gy, gw).
+std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const void* in0, const void* in1,
+                                       void* out, void* ws, size_t ws_bytes) {
+  std::vector<Cand> res;
+  int max = 0, got = 0;
+  switch (dir) {
+    case Dir::Fwd: {
+      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, in0, d.w.d, in1, d.conv.d, d.y.d, out, max, &got,
+                                                         p.data(), ws, ws_bytes));
+      append(res, p.data(), got);
+      break;
+    }
+    case Dir::BwdData: {
+      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, in1, d.y.d, in0, d.conv.d, d.x.d, out, max,
+                                                              &got, p.data(), ws, ws_bytes));
+      append(res, p.data(), got);
+      break;
+    }
+    case Dir::BwdFilter: {
+      CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
+      CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, in0, d.y.d, in1, d.conv.d, d.w.d, out, max,
+                                                                &got, p.data(), ws, ws_bytes));
+      append(res, p.data(), got);
+      break;
+    }
+  }
+  return res;
+}
+
+cudnnStatus_t workspace_size(Dir dir, cudnnHandle_t h, const Descs& d, int algo, size_t* bytes) {
+  switch (dir) {
+    case Dir::Fwd:
+      return cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+    case Dir::BwdData:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d,
+                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+    case Dir::BwdFilter:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d,
+                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+cudnnStatus_t run(Dir dir, cudnnHandle_t h, const Descs& d, int algo, void* ws, size_t ws_bytes, const void* in0,
+                  const void* in1, void* out) {
+  const float one = 1.f, zero = 0.f;  // FLOAT scaling for FLOAT/HALF/BFLOAT16 data
+  switch (dir) {
+    case Dir::Fwd:
+      return cudnnConvolutionForward(h, &one, d.x.d, in0, d.w.d, in1, d.conv.d,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, ws_bytes, &zero, d.y.d, out);
+    case Dir::BwdData:
+      return cudnnConvolutionBackwardData(h, &one, d.w.d, in1, d.y.d, in0, d.conv.d,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, ws_bytes, &zero,
+                                          d.x.d, out);
+    case Dir::BwdFilter:
+      return cudnnConvolutionBackwardFilter(h, &one, d.x.d, in0, d.y.d, in1, d.conv.d,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, ws_bytes, &zero,
+                                            d.w.d, out);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+// ---- the algorithm cache --------------------------------------------------------------------
+
+struct Key {
+  int dir, dt, tf32, search;
+  int64_t n, h, w, c, k, r, s, stride, pad;
+  bool operator<(const Key& o) const {
+    return std::tie(dir, dt, tf32, search, n, h, w, c, k, r, s, stride, pad) <
+           std::tie(o.dir, o.dt, o.tf32, o.search, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.stride, o.pad);
+  }
+};
+struct Choice {
+  int algo;
+  cudnnMathType_t math;
+  size_t ws;
+};
+
+std::mutex g_mu;  // the cache and the shared cuDNN handle: one caller at a time
+std::map<Key, Choice> g_cache;
+std::vector<std::string> g_report;
+
+bool log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ENGINE_CUDNN_LOG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void conv_op(Dir dir, const ConvDims& dims, cudnnDataType_t dt, const void* in0, const void* in1, void* out,
+             cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  cudnnHandle_t h = context().cudnn();
+  CHECK_CUDNN(cudnnSetStream(h, stream));
+  const bool fp32 = dt == CUDNN_DATA_FLOAT;
+  const bool tf32 = fp32 && allow_tf32();
+  const ConvAlgoSearch search = conv_algo_search();
+  Descs d(dims, dt);
+  const Key key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search),
+                dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad};
+
+  auto it = g_cache.find(key);
+  if (it != g_cache.end()) {
+    CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, it->second.math));
+    Workspace ws(it->second.ws);
+    CHECK_CUDNN(run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out));
+    return;
+  }
+
+  // First time for this key: collect candidates, then try them in order. The descriptor's
+  // math type steers the search: FMA only for strict FP32, DEFAULT (permits TF32) for FP32
+  // with TF32, Tensor Cores for FP16/BF16.
+  const cudnnMathType_t query_math = fp32 ? (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
+  CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
+  const size_t limit = conv_workspace_limit();
+  std::vector<Cand> cands = heuristic_candidates(dir, h, d);
+  if (search == ConvAlgoSearch::Benchmark) {
+    size_t ws_bytes = 0;  // enough for every heuristic candidate under the limit
+    for (const Cand& c : cands)
+      if (c.status == CUDNN_STATUS_SUCCESS && c.memory <= limit && c.memory > ws_bytes) ws_bytes = c.memory;
+    Workspace ws(ws_bytes);
+    cands = benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size());
+  }
+  std::ostringstream tried;
+  for (const Cand& c : cands) {
+    if (c.status != CUDNN_STATUS_SUCCESS) continue;
+    // FP32 without TF32 must not use Tensor Cores; CUDNN_FMA_MATH is cuDNN's "FMA only" mode
+    // (CUDNN_DEFAULT_MATH would permit TF32 on Ampere and later).
+    if (fp32 && !tf32 && (c.math == CUDNN_TENSOR_OP_MATH || c.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    const cudnnMathType_t math = (fp32 && !tf32) ? CUDNN_FMA_MATH : c.math;
+    cudnnStatus_t st = cudnnSetConvolutionMathType(d.conv.d, math);
+    size_t ws_bytes = 0;
+    if (st == CUDNN_STATUS_SUCCESS) st = workspace_size(dir, h, d, c.algo, &ws_bytes);
+    if (st == CUDNN_STATUS_SUCCESS && ws_bytes > limit) {
+      tried << " algo " << c.algo << ": workspace " << ws_bytes << " B over the limit;";
+      continue;
+    }
+    if (st == CUDNN_STATUS_SUCCESS) {
+      Workspace ws(ws_bytes);
+      st = run(dir, h, d, c.algo, ws.get(), ws.size(), in0, in1, out);
+      if (st == CUDNN_STATUS_SUCCESS) {
+        g_cache[key] = Choice{c.algo, math, ws_bytes};
+        std::ostringstream line;
+        line << "conv " << dir_name(dir) << " " << dtype_name(dt) << (tf32 ? " tf32" : "") << " " << dims_str(dims)
+             << " -> algo " << c.algo << " (" << math_name(math) << "), workspace " << ws_bytes << " B"
+             << (search == ConvAlgoSearch::Benchmark ? ", benchmarked" : ", heuristic");
+        g_report.push_back(line.str());
+        if (log_enabled()) std::fprintf(stderr, "engine: %s\n", line.str().c_str());
+        return;
+      }
+    }
+    tried << " algo " << c.algo << " (" << math_name(math) << "): " << cudnnGetErrorString(st) << ";";
+  }
+  ENGINE_FAIL("conv2d " << dir_name(dir) << " (" << dtype_name(dt) << ", " << dims_str(dims)
+                        << "): cuDNN offered no algorithm that runs;" << tried.str()
+                        << " (" << cands.size() << " candidates)");
+}
+
+bool empty_input(const ConvDims& d) { return d.n == 0; }
+
+void check_dims(const ConvDims& d, const char* op) {
+  ENGINE_CHECK(d.n >= 0 && d.h > 0 && d.w > 0 && d.c > 0 && d.k > 0 && d.r > 0 && d.s > 0 && d.stride > 0 &&
+                   d.pad >= 0 && d.out_h() > 0 && d.out_w() > 0,
+               op << ": bad shape " << dims_str(d));
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_forward(const ConvDims& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream) {
+  check_dims(d, "conv2d_forward");
+  if (empty_input(d)) return;
+  conv_op(Dir::Fwd, d, cudnn_type<T>(), x, w, y, stream);
+  if (bias) add_row_bias<T>(d.n * d.out_h() * d.out_w(), d.k, bias, y, stream);
+}
+
+template <class T> void conv2d_backward_data(const ConvDims& d, const T* gy, const T* w, T* gx, cudaStream_t stream) {
+  check_dims(d, "conv2d_backward_data");
+  if (empty_input(d)) return;
+  conv_op(Dir::BwdData, d, cudnn_type<T>(), gy, w, gx, stream);
+}
+
+template <class T>
+void conv2d_backward_filter(const ConvDims& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream) {
+  check_dims(d, "conv2d_backward_filter");
+  if (empty_input(d)) {  // an empty batch contributes nothing: zero gradients, as on the CPU
+    fill<T>(gw, 0.0, d.k * d.r * d.s * d.c, stream);
+    if (gbias) fill<T>(gbias, 0.0, d.k, stream);
+    return;
+  }
+  conv_op(Dir::BwdFilter, d, cudnn_type<T>(), x, gy, gw, stream);
+  if (gbias) column_sum<T>(d.n * d.out_h() * d.out_w(), d.k, gy, gbias, stream);
+}
+
+size_t conv_algo_cache_size() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_cache.size();
+}
+void clear_conv_algo_cache() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_cache.clear();
+  g_report.clear();
+}
+std::string conv_algo_report() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::string s;
+  for (const auto& line : g_report) s += line + "\n";
+  return s;
+}
+
+#else  // no cuDNN in this build
+
+bool cudnn_available() { return false; }
+
+namespace {
+[[noreturn]] void no_cudnn(const char* op) {
+  ENGINE_FAIL(op << ": this build has no cuDNN (configure with CUDNN_ROOT pointing at cuDNN 9)");
+}
+}  // namespace
+
+template <class T> void conv2d_forward(const ConvDims&, const T*, const T*, const T*, T*, cudaStream_t) {
+  no_cudnn("conv2d_forward");
+}
+template <class T> void conv2d_backward_data(const ConvDims&, const T*, const T*, T*, cudaStream_t) {
+  no_cudnn("conv2d_backward_data");
+}
+template <class T> void conv2d_backward_filter(const ConvDims&, const T*, const T*, T*, T*, cudaStream_t) {
+  no_cudnn("conv2d_backward_filter");
+}
+size_t conv_algo_cache_size() { return 0; }
+void clear_conv_algo_cache() {}
+std::string conv_algo_report() { return {}; }
+
+#endif
+
+#define ENGINE_CUDA_CONV(T)                                                                        \
+  template void conv2d_forward<T>(const ConvDims&, const T*, const T*, const T*, T*, cudaStream_t); \
+  template void conv2d_backward_data<T>(const ConvDims&, const T*, const T*, T*, cudaStream_t);     \
+  template void conv2d_backward_filter<T>(const ConvDims&, const T*, const T*, T*, T*, cudaStream_t);
+ENGINE_CUDA_CONV(float)
+ENGINE_CUDA_CONV(kernels::half)
+ENGINE_CUDA_CONV(kernels::bfloat16)
+#undef ENGINE_CUDA_CONV
+
+}  // namespace kernels::cuda

@@ -1,0 +1,56 @@
+// 2-D convolutions on the GPU through cuDNN's convolution API, the twins of
+// kernels/cpu/conv.h: activations NHWC, filters KRSC (cuDNN's NHWC filter layout is exactly
+// [K, R, S, C]), cross-correlation, zero padding `pad` on all sides, square stride.
+// T: float, kernels::half, kernels::bfloat16; arithmetic in FP32 (cuDNN compute type FLOAT),
+// Tensor Cores for FP16/BF16, and for FP32 only when set_allow_tf32(true) (default off).
+// Algorithms are chosen once per (direction, shape, dtype, TF32 flag) and cached;
+// workspaces come from the caching allocator (MemKind::Workspace). Outputs are overwritten.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/context.h"
+
+namespace kernels::cuda {
+
+struct ConvDims {
+  int64_t n, h, w, c;  // input NHWC
+  int64_t k, r, s;     // filters KRSC
+  int64_t stride = 1, pad = 0;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
+};
+
+bool cudnn_available();  // this build links cuDNN (otherwise every conv call throws)
+
+// y[N,OH,OW,K] = conv(x, w) (+ bias[K] when non-null).
+template <class T>
+void conv2d_forward(const ConvDims& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream);
+// gx[N,H,W,C] = the gradient with respect to the input.
+template <class T> void conv2d_backward_data(const ConvDims& d, const T* gy, const T* w, T* gx, cudaStream_t stream);
+// gw[K,R,S,C] = the gradient with respect to the filters; gbias[K] = column sums of gy (when
+// non-null), summed in FP32 and rounded once.
+template <class T>
+void conv2d_backward_filter(const ConvDims& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream);
+
+// How an algorithm is chosen the first time a shape is seen:
+//   Heuristic: cuDNN's heuristics (cudnnGet*Algorithm_v7), nothing is run to choose; the
+//              default: cheap, and the same choice every run.
+//   Benchmark: cudnnFind*AlgorithmEx times the candidates on the real buffers (like
+//              torch.backends.cudnn.benchmark); the fastest usable one is kept.
+// Either way candidates are tried in order until one runs: one cuDNN rejects for this
+// configuration (a math type, a workspace above the limit) is skipped, never fatal.
+enum class ConvAlgoSearch { Heuristic, Benchmark };
+void set_conv_algo_search(ConvAlgoSearch mode);
+ConvAlgoSearch conv_algo_search();
+void set_conv_workspace_limit(size_t bytes);  // default 1 GiB
+size_t conv_workspace_limit();
+size_t conv_algo_cache_size();
+void clear_conv_algo_cache();
+// One line per cached choice: direction, dtype, shape, algorithm number, math type, workspace.
+// (Also printed to stderr as they are made when the environment sets ENGINE_CUDNN_LOG=1.)
+std::string conv_algo_report();
+
+}  // namespace kernels::cuda

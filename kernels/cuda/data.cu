@@ -1,0 +1,118 @@
+// Batch construction and loss-scaler bookkeeping on the GPU (see data.h).
+#include "kernels/cuda/data.h"
+
+#include <cmath>
+
+#include "kernels/convert.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace kernels::cuda {
+
+namespace {
+
+// One thread per output element; each recomputes its image's draw (10 Philox rounds: far
+// cheaper than a second launch or a shared-memory round trip).
+template <class T>
+__global__ void make_batch_kernel(const uint8_t* images, const int32_t* labels, const int32_t* indices, int64_t batch,
+                                  int h, int w, int c, bool augment, AugmentConfig cfg, uint64_t seed, uint64_t epoch,
+                                  T* out, int32_t* labels_out) {
+  const int64_t per_image = static_cast<int64_t>(h) * w * c;
+  const int64_t total = batch * per_image;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t b = i / per_image;
+    const int64_t r = i - b * per_image;
+    const int ch = static_cast<int>(r % c);
+    const int x = static_cast<int>((r / c) % w);
+    const int y = static_cast<int>(r / (static_cast<int64_t>(c) * w));
+    const int64_t img = indices[b];
+    if (r == 0) labels_out[b] = labels[img];
+    AugmentDraw d{cfg.pad, cfg.pad, false};
+    if (augment) d = augment_draw(seed, epoch, static_cast<uint64_t>(img), cfg.pad);
+    if (!augment || !cfg.flip) d.flip = false;
+    if (!augment || cfg.pad == 0) d.dy = d.dx = cfg.pad;
+    const int sy = y + d.dy - cfg.pad;
+    const int sx = (d.flip ? w - 1 - x : x) + d.dx - cfg.pad;  // crop, then flip the crop
+    const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+    const float pixel = inside ? static_cast<float>(images[img * per_image + (static_cast<int64_t>(sy) * w + sx) * c + ch])
+                               : 0.0f;
+    out[i] = convert<T>(pixel * cfg.scale[ch] + cfg.shift[ch]);
+  }
+}
+
+__global__ void scaler_prepare_kernel(const float* scale, float* inv_scale, int* found_inf) {
+  *inv_scale = static_cast<float>(1.0 / static_cast<double>(*scale));
+  *found_inf = 0;
+}
+
+__global__ void scaler_update_kernel(float* scale, int* tracker, long long* skipped, long long* consecutive,
+                                     const int* found_inf, ScalerParams p) {
+  if (*found_inf) {
+    ++*skipped;
+    ++*consecutive;
+    if (!p.dynamic) return;
+    *scale = fmaxf(*scale * p.backoff, p.min_scale);
+    *tracker = 0;
+    return;
+  }
+  *consecutive = 0;
+  if (!p.dynamic) return;
+  if (++*tracker == p.interval) {
+    const float grown = *scale * p.growth;
+    if (isfinite(grown)) *scale = grown;  // never to inf
+    *tracker = 0;
+  }
+}
+
+__global__ void scale_by_device_scalar_kernel(const float* x, const float* s, float* y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = x[i] * *s;
+}
+
+__global__ void nan_if_flagged_kernel(float* value, const int* flag) {
+  if (*flag) *value = __int_as_float(0x7fc00000);
+}
+
+}  // namespace
+
+void scale_by_device_scalar(const float* x, const float* s, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_by_device_scalar_kernel<<<detail::grid_for(n), detail::kBlock, 0, stream>>>(x, s, y, n);
+  CHECK_LAUNCH();
+}
+
+void nan_if_flagged(float* value, const int* flag, cudaStream_t stream) {
+  nan_if_flagged_kernel<<<1, 1, 0, stream>>>(value, flag);
+  CHECK_LAUNCH();
+}
+
+template <class T>
+void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* indices, int64_t batch, int h, int w,
+                int c, bool augment, const AugmentConfig& cfg, uint64_t seed, uint64_t epoch, T* out,
+                int32_t* labels_out, cudaStream_t stream) {
+  const int64_t total = batch * h * w * c;
+  if (total == 0) return;
+  make_batch_kernel<T><<<detail::grid_for(total), detail::kBlock, 0, stream>>>(
+      images, labels, indices, batch, h, w, c, augment, cfg, seed, epoch, out, labels_out);
+  CHECK_LAUNCH();
+}
+
+template void make_batch<float>(const uint8_t*, const int32_t*, const int32_t*, int64_t, int, int, int, bool,
+                                const AugmentConfig&, uint64_t, uint64_t, float*, int32_t*, cudaStream_t);
+template void make_batch<half>(const uint8_t*, const int32_t*, const int32_t*, int64_t, int, int, int, bool,
+                               const AugmentConfig&, uint64_t, uint64_t, half*, int32_t*, cudaStream_t);
+template void make_batch<bfloat16>(const uint8_t*, const int32_t*, const int32_t*, int64_t, int, int, int, bool,
+                                   const AugmentConfig&, uint64_t, uint64_t, bfloat16*, int32_t*, cudaStream_t);
+
+void scaler_prepare(const float* scale, float* inv_scale, int* found_inf, cudaStream_t stream) {
+  scaler_prepare_kernel<<<1, 1, 0, stream>>>(scale, inv_scale, found_inf);
+  CHECK_LAUNCH();
+}
+
+void scaler_update(float* scale, int* growth_tracker, long long* skipped, long long* consecutive, const int* found_inf,
+                   const ScalerParams& p, cudaStream_t stream) {
+  scaler_update_kernel<<<1, 1, 0, stream>>>(scale, growth_tracker, skipped, consecutive, found_inf, p);
+  CHECK_LAUNCH();
+}
+
+}  // namespace kernels::cuda

@@ -1,0 +1,28 @@
+// CUDA cross-entropy, the twin of kernels/cpu/loss.h: log-softmax + NLL with label
+// smoothing in A = acc_t<T> (FP32 for FP16/BF16/FP32 logits, FP64 for FP64), probabilities
+// saved for backward. Nothing is read back to the host: the loss and the count of bad
+// labels land in device memory, and backward reads its incoming gradient (the loss scale)
+// from a device pointer.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/context.h"
+#include "kernels/numeric.h"
+
+namespace kernels::cuda {
+
+// *loss = mean over rows of (1 - eps) * -logp[label] + eps * mean_k(-logp[k]) (rows with a
+// label outside [0, k) add 0 but still count in the mean, as on the CPU); probs [rows, k].
+// *bad_labels (device int, may be null) = the number of such rows (overwritten).
+// Deterministic: per-row losses are summed by a fixed tree.
+template <class T, class A = acc_t<T>>
+void cross_entropy_forward(int64_t rows, int64_t k, const T* logits, const int32_t* labels, A smoothing, A* probs,
+                           A* loss, int* bad_labels, cudaStream_t stream);
+// glogits = (*g) * (probs - target) / rows, target = (1 - eps) * onehot + eps / k; g is a
+// device scalar (the loss scale in mixed precision training).
+template <class T, class A = acc_t<T>>
+void cross_entropy_backward(int64_t rows, int64_t k, const A* probs, const int32_t* labels, A smoothing, const A* g,
+                            T* glogits, cudaStream_t stream);
+
+}  // namespace kernels::cuda

@@ -1,0 +1,192 @@
+// Multi-tensor fused optimizer kernels: blockIdx.x -> (slot, chunk start) through a table
+// built once; each block updates up to kChunk elements of one parameter.
+#include "kernels/cuda/optim.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/convert.h"
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace kernels::cuda {
+
+using detail::kBlock;
+
+const char* elem_type_name(ElemType t) {
+  switch (t) {
+    case ElemType::None: return "none";
+    case ElemType::F32: return "f32";
+    case ElemType::F64: return "f64";
+    case ElemType::F16: return "f16";
+    case ElemType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Chunk {
+  int32_t slot;
+  int64_t begin;
+};
+
+// The CPU's convert<float>(grad[i]); the type switch is uniform across the block.
+__device__ __forceinline__ float load_grad(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::F64: return convert<float>(static_cast<const double*>(p)[i]);
+    case ElemType::F16: return convert<float>(static_cast<const half*>(p)[i]);
+    case ElemType::BF16: return convert<float>(static_cast<const bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_copy(void* p, ElemType t, int64_t i, float v) {
+  switch (t) {
+    case ElemType::F32: static_cast<float*>(p)[i] = v; break;
+    case ElemType::F64: static_cast<double*>(p)[i] = convert<double>(v); break;
+    case ElemType::F16: static_cast<half*>(p)[i] = convert<half>(v); break;
+    case ElemType::BF16: static_cast<bfloat16*>(p)[i] = convert<bfloat16>(v); break;
+    case ElemType::None: break;
+  }
+}
+
+__device__ __forceinline__ bool grad_nonfinite(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::F64: return !isfinite(static_cast<const double*>(p)[i]);
+    case ElemType::F16: return (static_cast<const half*>(p)[i].bits & 0x7c00u) == 0x7c00u;
+    case ElemType::BF16: return (static_cast<const bfloat16*>(p)[i].bits & 0x7f80u) == 0x7f80u;
+    default: return !isfinite(static_cast<const float*>(p)[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kBlock)
+    multi_finite_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, int* found_inf) {
+  const Chunk ck = chunks[blockIdx.x];
+  const ParamSlot s = slots[ck.slot];
+  const int64_t end = min(ck.begin + chunk, s.n);
+  bool bad = false;
+  for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) bad |= grad_nonfinite(s.grad, s.grad_type, i);
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *found_inf = 1;
+}
+
+__global__ void __launch_bounds__(kBlock)
+    multi_sgd_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, SgdConfig cfg, StepScalars sc) {
+  if (sc.found_inf && *sc.found_inf) return;  // the whole step is skipped
+  const Chunk ck = chunks[blockIdx.x];
+  const ParamSlot s = slots[ck.slot];
+  const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
+  const bool first = sc.step ? (*sc.step == 0) : sc.first_step;
+  const int64_t end = min(ck.begin + chunk, s.n);
+  for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
+    float w = s.master[i];
+    sgd_update<float>(w, load_grad(s.grad, s.grad_type, i) * inv, s.state1 ? s.state1 + i : nullptr, first, cfg);
+    s.master[i] = w;
+    if (s.copy) store_copy(s.copy, s.copy_type, i, w);
+  }
+}
+
+__global__ void __launch_bounds__(kBlock)
+    multi_adam_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, AdamConfig cfg, StepScalars sc) {
+  if (sc.found_inf && *sc.found_inf) return;
+  if (sc.step) {
+    // The host's formula (engine/optim.cpp), in double, from the device step count.
+    const double t = static_cast<double>(*sc.step + 1);
+    cfg.bias_correction1 = 1.0 - pow(cfg.beta1, t);
+    cfg.bias_correction2 = 1.0 - pow(cfg.beta2, t);
+  }
+  const Chunk ck = chunks[blockIdx.x];
+  const ParamSlot s = slots[ck.slot];
+  const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
+  const int64_t end = min(ck.begin + chunk, s.n);
+  for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
+    float w = s.master[i], m = s.state1[i], v = s.state2[i];
+    adam_update<float>(w, load_grad(s.grad, s.grad_type, i) * inv, m, v, cfg);
+    s.master[i] = w;
+    s.state1[i] = m;
+    s.state2[i] = v;
+    if (s.copy) store_copy(s.copy, s.copy_type, i, w);
+  }
+}
+
+__global__ void advance_step_kernel(int64_t* step, const int* found_inf) {
+  if (!(found_inf && *found_inf)) ++*step;
+}
+
+}  // namespace
+
+MultiTensorPlan::MultiTensorPlan(const std::vector<ParamSlot>& slots, cudaStream_t stream) : host_slots_(slots) {
+  ENGINE_CHECK(slots.size() < static_cast<size_t>(INT32_MAX), "MultiTensorPlan: too many parameters");
+  std::vector<Chunk> table;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot& s = slots[i];
+    ENGINE_CHECK(s.n >= 0, "MultiTensorPlan: parameter " << i << " has n = " << s.n);
+    if (s.n == 0) continue;
+    ENGINE_CHECK(s.grad && s.master, "MultiTensorPlan: parameter " << i << " needs a gradient and a master");
+    ENGINE_CHECK(s.grad_type != ElemType::None, "MultiTensorPlan: parameter " << i << " has no gradient type");
+    ENGINE_CHECK((s.copy == nullptr) == (s.copy_type == ElemType::None),
+                 "MultiTensorPlan: parameter " << i << ": a compute copy needs its type (and vice versa)");
+    for (int64_t b = 0; b < s.n; b += kChunk) table.push_back(Chunk{static_cast<int32_t>(i), b});
+    elements_ += s.n;
+  }
+  chunks_ = static_cast<int64_t>(table.size());
+  ENGINE_CHECK(chunks_ < (int64_t(1) << 31), "MultiTensorPlan: " << chunks_ << " chunks exceed one grid");
+  slots_bytes_ = sizeof(ParamSlot) * slots.size();
+  chunks_bytes_ = sizeof(Chunk) * table.size();
+  // Long-lived and tiny: counted with the optimizer state.
+  if (slots_bytes_) {
+    d_slots_ = cuda_allocator().allocate(slots_bytes_, engine::MemKind::OptimizerState);
+    CHECK_CUDA(cudaMemcpyAsync(d_slots_, slots.data(), slots_bytes_, cudaMemcpyHostToDevice, stream));
+  }
+  if (chunks_bytes_) {
+    d_chunks_ = cuda_allocator().allocate(chunks_bytes_, engine::MemKind::OptimizerState);
+    CHECK_CUDA(cudaMemcpyAsync(d_chunks_, table.data(), chunks_bytes_, cudaMemcpyHostToDevice, stream));
+  }
+  // The host vectors die with this constructor: wait until the copies have read them.
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+MultiTensorPlan::~MultiTensorPlan() {
+  if (d_slots_) cuda_allocator().deallocate(d_slots_, slots_bytes_, engine::MemKind::OptimizerState);
+  if (d_chunks_) cuda_allocator().deallocate(d_chunks_, chunks_bytes_, engine::MemKind::OptimizerState);
+}
+
+void multi_all_finite(const MultiTensorPlan& plan, int* found_inf, cudaStream_t stream) {
+  if (plan.chunks() == 0) return;
+  multi_finite_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
+      static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
+      MultiTensorPlan::kChunk, found_inf);
+  CHECK_LAUNCH();
+}
+
+void multi_sgd_step(const MultiTensorPlan& plan, const SgdConfig& cfg, const StepScalars& sc, cudaStream_t stream) {
+  if (plan.chunks() == 0) return;
+  if (cfg.momentum != 0) {
+    for (size_t i = 0; i < plan.slots().size(); ++i)
+      ENGINE_CHECK(plan.slots()[i].n == 0 || plan.slots()[i].state1,
+                   "multi_sgd_step: parameter " << i << " needs a momentum buffer (state1)");
+  }
+  multi_sgd_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
+      static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
+      MultiTensorPlan::kChunk, cfg, sc);
+  CHECK_LAUNCH();
+}
+
+void multi_adam_step(const MultiTensorPlan& plan, const AdamConfig& cfg, const StepScalars& sc, cudaStream_t stream) {
+  if (plan.chunks() == 0) return;
+  for (size_t i = 0; i < plan.slots().size(); ++i)
+    ENGINE_CHECK(plan.slots()[i].n == 0 || (plan.slots()[i].state1 && plan.slots()[i].state2),
+                 "multi_adam_step: parameter " << i << " needs exp_avg (state1) and exp_avg_sq (state2)");
+  multi_adam_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
+      static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
+      MultiTensorPlan::kChunk, cfg, sc);
+  CHECK_LAUNCH();
+}
+
+void advance_step(int64_t* step, const int* found_inf, cudaStream_t stream) {
+  advance_step_kernel<<<1, 1, 0, stream>>>(step, found_inf);
+  CHECK_LAUNCH();
+}
+
+}  // namespace kernels::cuda

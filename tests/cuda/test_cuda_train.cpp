@@ -1,0 +1,113 @@
+// [cuda] whole training steps: the same model, batch and seed on the CPU and on the GPU give
+// the same loss and the same weights after SGD and Adam steps, in FP32 and in FP16 with the
+// loss scaler (device-resident scale and found-inf flag).
+#include <cmath>
+
+#include "catch2/catch.hpp"
+#include "engine/amp.h"
+#include "engine/random.h"
+#include "models/models.h"
+
+using engine::DType;
+using engine::Tensor;
+
+namespace {
+
+struct Run {
+  double loss = 0;
+  std::vector<double> weights;
+};
+
+// Two steps of simplecnn on a fixed random batch; dropout masks match across devices.
+Run train_steps(engine::Device device, DType dt, bool adam, bool scaled) {
+  engine::manual_seed(5);
+  auto model = models::simplecnn();
+  model->set_compute_dtype(dt);
+  model->to(device);
+  std::unique_ptr<engine::Optimizer> opt;
+  if (adam) opt = std::make_unique<engine::Adam>(model->parameters(), 1e-3);
+  else opt = std::make_unique<engine::SGD>(model->parameters(), 0.05, 0.9);
+  engine::LossScalerConfig cfg;
+  cfg.enabled = scaled;
+  engine::LossScaler scaler(cfg);
+  engine::manual_seed(6);
+  Tensor x = engine::cast(engine::uniform({8, 32, 32, 3}, -1, 1, DType::F32), dt).to(device);
+  std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
+  Tensor y = Tensor::from_ints(labels, {8}).to(device);
+  Run r;
+  for (int s = 0; s < 2; ++s) {
+    opt->zero_grad();
+    engine::Tape tape;
+    Tensor loss;
+    {
+      engine::TapeScope scope(tape);
+      engine::AutocastScope autocast(dt);
+      loss = engine::cross_entropy((*model)(x), y);
+      tape.backward(scaler.scale(loss));
+    }
+    scaler.step(*opt);
+    scaler.update();
+    if (s == 0) r.loss = loss.item();
+  }
+  for (auto& p : model->parameters())
+    for (double v : p->master.to_vector()) r.weights.push_back(v);
+  return r;
+}
+
+// Largest |a - b| relative to the largest |a|: cuDNN/cuBLASLt sum in other orders than the
+// CPU GEMM, so results agree to accumulated rounding, not bit for bit.
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(a[i]));
+  }
+  return diff / scale;
+}
+
+}  // namespace
+
+TEST_CASE("simplecnn training steps on CUDA match the CPU", "[cuda]") {
+  struct Case { DType dt; bool adam, scaled; double tol; };
+  // FP32: both sides accumulate in FP32 (TF32 off): differences stay near 1e-6 of the weights.
+  // FP16: both round activations to FP16 at the same points, but a one-ulp difference
+  // (2^-11) in an activation can propagate, so the bound is a few FP16 ulps.
+  for (Case c : {Case{DType::F32, false, false, 1e-5}, Case{DType::F32, true, false, 1e-5},
+                 Case{DType::F16, true, true, 5e-3}, Case{DType::BF16, false, false, 2e-2}}) {
+    INFO("dtype " << engine::dtype_name(c.dt) << (c.adam ? " adam" : " sgd") << (c.scaled ? " scaled" : ""));
+    const Run cpu = train_steps(engine::Device::cpu(), c.dt, c.adam, c.scaled);
+    const Run gpu = train_steps(engine::Device::cuda(0), c.dt, c.adam, c.scaled);
+    CHECK(std::isfinite(gpu.loss));
+    CHECK(gpu.loss == Approx(cpu.loss).epsilon(c.tol));
+    CHECK(max_rel_diff(cpu.weights, gpu.weights) <= c.tol);
+  }
+}
+
+TEST_CASE("the device loss scaler skips an overflowed step and backs off without host reads", "[cuda]") {
+  engine::manual_seed(7);
+  auto model = models::simplecnn();
+  model->set_compute_dtype(DType::F16);
+  model->to(engine::Device::cuda(0));
+  engine::Adam opt(model->parameters(), 1e-3);
+  engine::LossScalerConfig cfg;
+  cfg.init_scale = 1099511627776.0;  // 2^40: the FP16 gradients overflow
+  engine::LossScaler scaler(cfg);
+  Tensor x = engine::cast(engine::uniform({4, 32, 32, 3}, -1, 1, DType::F32), DType::F16).to(engine::Device::cuda(0));
+  Tensor y = Tensor::from_ints({1, 2, 3, 4}, {4}).to(engine::Device::cuda(0));
+  const auto before = model->parameters()[0]->master.to_vector();
+  opt.zero_grad();
+  engine::Tape tape;
+  {
+    engine::TapeScope scope(tape);
+    engine::AutocastScope autocast(DType::F16);
+    tape.backward(scaler.scale(engine::cross_entropy((*model)(x), y)));
+  }
+  scaler.step(opt);
+  scaler.update();
+  CHECK(scaler.found_inf());
+  CHECK(scaler.skipped_steps() == 1);
+  CHECK(scaler.current_scale() == 549755813888.0);  // 2^39
+  CHECK(opt.steps() == 0);
+  CHECK(model->parameters()[0]->master.to_vector() == before);
+}
