@@ -42,6 +42,10 @@ if [ "${1:-}" = "--prepare" ]; then
     if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
     else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
   done
+  # The CIFAR-10 archive for the training section (about 20 MB; the call carries .gpu_deps).
+  archive="$ROOT/../shared/data/cifar10-jpeg.tar.gz"
+  if [ -f "$archive" ]; then cp "$archive" "$DEPS/" && echo "copied $archive -> .gpu_deps/"
+  else echo "note: no $archive; the training section will use synthetic data"; fi
   [ "$ok" = 1 ] || exit 1
   du -sh "$DEPS"
   exit 0
@@ -306,8 +310,37 @@ section_sanitizer() {
   else record sanitizer skipped "${verdicts# }"; fi
 }
 
-# Later: section_bench (kernel and training benchmarks), section_pytorch (side-by-side).
-SECTIONS=(section_env section_configure section_build section_tests section_sanitizer)
+# The default recipe (simplecnn, Adam 1e-3, batch 256, 10 epochs) in each precision on the
+# GPU: test accuracy, images/s and peak device memory from the trainer's JSON summary.
+section_train() {
+  say "trainer: the default recipe in fp32, fp16, bf16"
+  local data_args=(--synthetic --synthetic-size 20000) where="synthetic data"
+  if [ -f "$DEPS/cifar10-jpeg.tar.gz" ]; then
+    if bash "$ROOT/data/get_cifar10.sh" "$BUILD/cifar10" "$DEPS/cifar10-jpeg.tar.gz" > "$LOGDIR/unpack.log" 2>&1; then
+      data_args=(--data "$BUILD/cifar10" --cache "$BUILD/cache") where="CIFAR-10 JPEG copy"
+    fi
+  fi
+  local p rows="" bad=0
+  for p in fp32 fp16 bf16; do
+    local log="$LOGDIR/train_$p.jsonl" rc=0
+    rm -f "$log"
+    run_limited 90 "$BUILD/trainer" --device cuda --precision "$p" "${data_args[@]}" --log "$log" \
+        > "$LOGDIR/train_$p.log" 2>&1 || rc=$?
+    tail -12 "$LOGDIR/train_$p.log"
+    local line; line=$(grep '"event":"summary"' "$log" 2>/dev/null | tail -1)
+    if [ "$rc" != 0 ] || [ -z "$line" ]; then rows="$rows $p: FAILED (rc $rc);"; bad=1; continue; fi
+    rows="$rows $(python3 - "$line" "$p" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+print(f"{sys.argv[2]} {s['test_accuracy']:.2f}% {s['images_per_s']:.0f} img/s {s['peak_bytes'] / 2**20:.0f} MiB;")
+PY
+)"
+  done
+  if [ "$bad" = 0 ]; then record train ok "${where}:${rows}"; else record train FAILED "${where}:${rows}"; fi
+}
+
+# Later: section_bench (kernel benchmarks), section_pytorch (the side-by-side).
+SECTIONS=(section_env section_configure section_build section_tests section_train section_sanitizer)
 
 for s in "${SECTIONS[@]}"; do
   if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
@@ -319,7 +352,8 @@ done
 
 # ---- logs back and the summary ---------------------------------------------------------------
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log; do
+  for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log \
+           train_fp32.log train_fp16.log train_bf16.log train_fp32.jsonl train_fp16.jsonl train_bf16.jsonl; do
     [ -f "$LOGDIR/$f" ] && tail -c 4000000 "$LOGDIR/$f" > "$OUT/$f"
   done
 fi
