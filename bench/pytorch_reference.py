@@ -329,16 +329,19 @@ def load_engine_cache(path):
 
 
 def synthetic(n_train, seed=1234):
-    """Learnable-ish stand-in: each class is a fixed coarse random colour pattern; samples are
-    that pattern with random contrast, brightness and noise."""
+    """Learnable-ish stand-in: each class is a fixed coarse random colour pattern; a sample is its
+    class's pattern plus a weaker pattern of another class (so classes overlap and it takes a few
+    epochs to learn), random brightness and heavy noise."""
     g = torch.Generator().manual_seed(seed)
     templates = torch.rand(10, 3, 4, 4, generator=g) * 2 - 1
     templates = nn.functional.interpolate(templates, size=(32, 32), mode="bilinear", align_corners=False)
 
     def draw(n):
         y = torch.arange(n) % 10
-        x = templates[y] * (40 + 40 * torch.rand(n, 1, 1, 1, generator=g))
-        x = x + 128 + 30 * (torch.rand(n, 1, 1, 1, generator=g) - 0.5) + 25 * torch.randn(n, 3, 32, 32, generator=g)
+        other = torch.randint(0, 10, (n,), generator=g)
+        x = templates[y] * (10 + 20 * torch.rand(n, 1, 1, 1, generator=g))
+        x = x + templates[other] * (20 * torch.rand(n, 1, 1, 1, generator=g))
+        x = x + 128 + 60 * (torch.rand(n, 1, 1, 1, generator=g) - 0.5) + 70 * torch.randn(n, 3, 32, 32, generator=g)
         return x.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous(), y
 
     tx, ty = draw(n_train)
@@ -496,16 +499,19 @@ class JsonLog:
 
 
 def pick_device(arg):
-    if arg is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(arg)
+        dev = torch.device(arg or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError as e:
         raise InputError(f"bad --device '{arg}': {e}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda, but PyTorch sees no CUDA device")
     if dev.type not in ("cuda", "cpu"):
         raise InputError(f"--device must be cuda[:N] or cpu, got '{arg}'")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda, but PyTorch sees no CUDA device")
+        if dev.index is None:  # torch.cuda.set_device needs an index
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise InputError(f"--device {arg}: only {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 
@@ -573,8 +579,14 @@ def run(a):
     else:  # AdamW's own default decay is 0.01; ours is the flag's value
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
                                 weight_decay=a.weight_decay, **extra)
-    scaler = torch.amp.GradScaler(dev.type, init_scale=a.init_scale, growth_factor=2.0, backoff_factor=0.5,
-                                  growth_interval=a.growth_interval, enabled=a.precision == "amp-fp16")
+    def make_scaler():  # GradScaler's defaults, as ours; torch.amp.GradScaler is PyTorch >= 2.3
+        kw = dict(init_scale=a.init_scale, growth_factor=2.0, backoff_factor=0.5,
+                  growth_interval=a.growth_interval, enabled=a.precision == "amp-fp16")
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+            return torch.amp.GradScaler(dev.type, **kw)
+        return torch.cuda.amp.GradScaler(**kw)
+
+    scaler = make_scaler()
     # Counts optimizer steps that really ran (GradScaler skips them on inf/NaN) at no extra sync.
     # Fused optimizers take the inf flag themselves and are always called: for them compare the
     # scale before and after update() on the device instead (GradScaler's private _scale).
@@ -598,24 +610,29 @@ def run(a):
         if cuda:
             torch.cuda.synchronize(dev)
 
-    # ---- torch.compile: compiled lazily on first call, so probe it with one forward+backward on
-    # a dummy batch and restore the weights, statistics and RNG after: failures surface here.
+    # ---- torch.compile: compiled lazily on first call, so probe it with forward+backward on dummy
+    # batches and restore the weights, statistics and RNG after: failures surface here, and the
+    # compile time stays out of the timed steps. dynamic=False: one static graph per batch shape
+    # (full and last partial batch, both compiled here) instead of a dynamic-shape recompile
+    # in the middle of the first epoch.
     net, compiled, compile_error, compile_seconds = model, False, None, None
     if a.compile:
         try:
-            net = torch.compile(model, mode=a.compile_mode)
+            net = torch.compile(model, mode=a.compile_mode, dynamic=False)
             snap = {k: v.clone() for k, v in model.state_dict().items()}
             rng = torch.get_rng_state()
             cuda_rng = torch.cuda.get_rng_state(dev) if cuda else None
             t0 = time.perf_counter()
             try:
-                xb = torch.randn(min(a.batch_size, n_train), 3, 32, 32, device=dev)
-                if a.channels_last:
-                    xb = xb.contiguous(memory_format=torch.channels_last)
-                yb = torch.randint(0, 10, (xb.shape[0],), device=dev)
-                with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                    loss = criterion(net(xb), yb)
-                scaler.scale(loss).backward()
+                sizes = {min(a.batch_size, n_train), n_train % a.batch_size} - {0}
+                for size in sorted(sizes, reverse=True):
+                    xb = torch.randn(size, 3, 32, 32, device=dev)
+                    if a.channels_last:
+                        xb = xb.contiguous(memory_format=torch.channels_last)
+                    yb = torch.randint(0, 10, (size,), device=dev)
+                    with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                        loss = criterion(net(xb), yb)
+                    scaler.scale(loss).backward()
                 sync()
             finally:
                 model.load_state_dict(snap)
@@ -626,17 +643,17 @@ def run(a):
             compile_seconds = time.perf_counter() - t0
             compiled = True
         except Exception as e:  # noqa: BLE001 - any backend failure means "compile unusable"
-            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-            compile_error = f"{type(e).__name__}: {lines[-1] if lines else ''}"[:400]
+            # Dynamo appends generic advice lines ("Set TORCHDYNAMO_VERBOSE=1 ..."): keep the cause.
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            cause = [ln for ln in lines if not any(k in ln for k in ("TORCHDYNAMO_VERBOSE", "TORCH_LOGS", "developer context"))]
+            compile_error = f"{type(e).__name__}: {(cause or lines or [''])[0]}"[:400]
             hint = " (on the CPU, inductor needs a working C++ compiler)" if not cuda else ""
             print(f"error: torch.compile failed: {compile_error}{hint}", file=sys.stderr)
             if not a.compile_fallback:
                 raise InputError("torch.compile is unusable here; rerun with --compile-fallback to run eager instead")
             print("warning: --compile-fallback: running eager", file=sys.stderr)
             net = model
-        if scaler.is_enabled():  # the probe's scale() call created the scaler's state: start afresh
-            scaler = torch.amp.GradScaler(dev.type, init_scale=a.init_scale, growth_factor=2.0, backoff_factor=0.5,
-                                          growth_interval=a.growth_interval, enabled=True)
+        scaler = make_scaler()  # the probe's scale() call created the scaler's state: start afresh
 
     def evaluate(autocast_dtype):
         net.eval()
@@ -676,7 +693,7 @@ def run(a):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(dev)
     step, epoch_seconds, train_seconds = 0, [], 0.0
-    timed_images, timed_seconds, t_warm = 0, 0.0, None
+    timed_images, timed_seconds = 0, 0.0
     warm = a.timing_warmup if total_steps > a.timing_warmup else 0  # too short a run: time it all
     test_loss, test_acc = float("nan"), float("nan")
     epoch = 0
