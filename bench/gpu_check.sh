@@ -339,8 +339,38 @@ PY
   if [ "$bad" = 0 ]; then record train ok "${where}:${rows}"; else record train FAILED "${where}:${rows}"; fi
 }
 
-# Later: section_bench (kernel benchmarks), section_pytorch (the side-by-side).
-SECTIONS=(section_env section_configure section_build section_tests section_train section_sanitizer)
+# The PyTorch side-by-side on the same data and recipe (the engine's decoded cache, data on
+# the GPU): eager AMP and torch.compile AMP for simplecnn, then the comparison table against
+# the trainer's fp32/fp16 logs from section_train.
+section_pytorch() {
+  say "PyTorch side-by-side (simplecnn, default recipe)"
+  if ! python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+    record pytorch skipped "no PyTorch with CUDA here"; return 0
+  fi
+  local cache_args=(--synthetic 20000)
+  local u8; u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
+  [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
+  local mode rc verdict="" bad=0 jsons=()
+  for mode in eager compile; do
+    local extra=() out="$LOGDIR/pytorch_$mode.json"
+    [ "$mode" = compile ] && extra=(--compile)
+    rc=0
+    run_limited 60 python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model simplecnn --precision amp-fp16 \
+        --data-mode gpu "${cache_args[@]}" --tf32 off "${extra[@]}" --json "$out" > "$LOGDIR/pytorch_$mode.log" 2>&1 || rc=$?
+    tail -5 "$LOGDIR/pytorch_$mode.log"
+    if [ "$rc" = 0 ] && [ -f "$out" ]; then jsons+=("$out"); verdict="$verdict $mode ok;"
+    else verdict="$verdict $mode rc $rc;"; bad=1; fi
+  done
+  local ours=()
+  for f in "$LOGDIR"/train_fp32.jsonl "$LOGDIR"/train_fp16.jsonl; do [ -f "$f" ] && ours+=("$f"); done
+  if [ ${#ours[@]} -gt 0 ] && [ ${#jsons[@]} -gt 0 ]; then
+    python3 "$ROOT/bench/compare.py" "${ours[@]}" "${jsons[@]}" --json "$LOGDIR/compare.json" | tee "$LOGDIR/compare.md"
+  fi
+  if [ "$bad" = 0 ]; then record pytorch ok "${verdict# }"; else record pytorch FAILED "${verdict# }"; fi
+}
+
+# Later: section_bench (kernel benchmarks against direct cuBLASLt/cuDNN calls).
+SECTIONS=(section_env section_configure section_build section_tests section_train section_pytorch section_sanitizer)
 
 for s in "${SECTIONS[@]}"; do
   if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
@@ -353,7 +383,8 @@ done
 # ---- logs back and the summary ---------------------------------------------------------------
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
   for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log \
-           train_fp32.log train_fp16.log train_bf16.log train_fp32.jsonl train_fp16.jsonl train_bf16.jsonl; do
+           train_fp32.log train_fp16.log train_bf16.log train_fp32.jsonl train_fp16.jsonl train_bf16.jsonl \
+           pytorch_eager.log pytorch_compile.log pytorch_eager.json pytorch_compile.json compare.md compare.json; do
     [ -f "$LOGDIR/$f" ] && tail -c 4000000 "$LOGDIR/$f" > "$OUT/$f"
   done
 fi
