@@ -44,15 +44,7 @@ void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, engi
     cudaGetLastError();  // an OOM is not sticky, but clear it so CHECK_LAUNCH does not see it
     // Give the cache back to the driver and try once more.
     const int64_t cached_before = cached_;
-    for (auto& kv : free_) {
-      for (void* b : kv.second) {
-        CHECK_CUDA(cudaFree(b));
-        ++frees_;
-        reserved_ -= static_cast<int64_t>(kv.first);
-      }
-    }
-    free_.clear();
-    cached_ = 0;
+    free_cached_blocks();
     p = nullptr;
     st = cudaMalloc(&p, rounded);
     if (st == cudaErrorMemoryAllocation) {
@@ -121,6 +113,11 @@ void CachingAllocator::deallocate(void* p, size_t bytes, engine::MemKind kind) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  free_cached_blocks();
+}
+
+// Returns every cached block to the driver (the caller holds mu_).
+void CachingAllocator::free_cached_blocks() {
   for (auto& kv : free_) {
     for (void* b : kv.second) {
       CHECK_CUDA(cudaFree(b));

@@ -49,6 +49,7 @@ class CachingAllocator final : public engine::Allocator {
 
  private:
   void* malloc_with_retry(size_t rounded, size_t requested, engine::MemKind kind);
+  void free_cached_blocks();  // returns cached blocks to the driver; the caller holds mu_
   std::string in_use_by_kind_locked() const;
 
   int device_;
