@@ -58,7 +58,7 @@ struct Config {
   int64_t subset = 0;               // 0: the whole training set
   int64_t max_steps = 0;            // 0: run all epochs
   bool synthetic = false;           // force the synthetic stand-in
-  int64_t synthetic_size = 5000;
+  int64_t synthetic_size = 10000;
   int threads = 0;                  // 0: OpenMP's default
   int64_t log_every = 100;
 };
@@ -79,7 +79,7 @@ Data:
   --cache DIR             where decoded image folders are cached     [cache]
   --subset N              train on the first N images (class-balanced) [all]
   --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
-  --synthetic-size N      training images of the synthetic stand-in  [5000]
+  --synthetic-size N      training images of the synthetic stand-in  [10000]
   --augment               random crop (pad 4) and horizontal flip    [off]
 Optimisation:
   --epochs N              [10]          --batch-size N        [256]

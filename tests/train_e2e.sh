@@ -10,7 +10,7 @@ log="$work/train-$precision.jsonl"
 rm -f "$log"
 args=(--device cpu --precision "$precision" --epochs 2 --batch-size 64 --seed 1 --log "$log" --cache "$work/cache")
 if [ "$data" = synthetic ]; then
-  args+=(--synthetic --synthetic-size 2000)
+  args+=(--synthetic --synthetic-size 10000)
 else
   args+=(--data "$data" --subset 10000)
 fi
