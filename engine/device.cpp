@@ -8,6 +8,8 @@
 
 #ifdef ENGINE_WITH_CUDA
 #include "kernels/cuda/allocator.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -75,6 +77,22 @@ void device_memset_zero(void* dst, Device dev, size_t bytes) {
 #else
   (void)dst; (void)bytes;
   ENGINE_FAIL("memset on " << dev.str() << " needs the CUDA backend");
+#endif
+}
+
+bool device_fill(void* dst, Device dev, DType t, double value, int64_t n) {
+#ifdef ENGINE_WITH_CUDA
+  (void)dev;  // the context's device
+  const auto stream = kernels::cuda::default_stream();
+  switch (t) {
+    case DType::F32: kernels::cuda::fill(static_cast<float*>(dst), value, n, stream); return true;
+    case DType::F16: kernels::cuda::fill(static_cast<half*>(dst), value, n, stream); return true;
+    case DType::BF16: kernels::cuda::fill(static_cast<bfloat16*>(dst), value, n, stream); return true;
+    default: return false;
+  }
+#else
+  (void)dst, (void)t, (void)value, (void)n;
+  ENGINE_FAIL("fill on " << dev.str() << " needs the CUDA backend");
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/allocator.h"
+#include "engine/dtype.h"
 
 namespace engine {
 
@@ -19,5 +20,8 @@ void register_cuda_backend();
 
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 void device_memset_zero(void* dst, Device dev, size_t bytes);
+// Fills n floating elements of dtype t on a CUDA device with one kernel (no host wait);
+// returns false for dtypes it does not handle (the caller then copies from the host).
+bool device_fill(void* dst, Device dev, DType t, double value, int64_t n);
 
 }  // namespace engine

@@ -154,6 +154,9 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill(double value) {
   if (device().is_cuda()) {
+    // A kernel for the float types (backward's seed is filled every step: no host wait);
+    // a copy from the host for the rest (rare: counters at set-up).
+    if (numel() == 0 || device_fill(raw(), device(), dtype(), value, numel())) return;
     Tensor host = full(shape(), value, dtype());
     copy_from(host);
     return;
