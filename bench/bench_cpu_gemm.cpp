@@ -1,7 +1,9 @@
 // Benchmark of kernels::cpu::gemm: GFLOP/s at the shapes our CNN produces (im2col convs,
 // classifier) and square sizes, per storage type; optionally side by side with OpenBLAS sgemm.
 //   bench_cpu_gemm [--quick] [--json FILE]
-// Build with -DENGINE_HAVE_OPENBLAS and link openblas for the comparison column.
+// Build with -DENGINE_HAVE_OPENBLAS and link openblas for the comparison column. Debian's
+// OpenBLAS 0.3.21 runs its AVX2 (Haswell) kernels on Zen 4/5; OPENBLAS_CORETYPE=SkylakeX
+// selects its AVX-512 ones, the fairer reference there.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

@@ -128,7 +128,7 @@ constexpr int64_t kBPanelBytes = 4 * 1024 * 1024;
 // Below this many multiply-adds (~20 us on one core) a thread team costs more than it saves.
 // On a loaded machine (more busy threads than cores) libgomp's default spin-waiting makes a
 // barrier wait a whole time slice for a descheduled team member: 5-20x slower calls were
-// measured, fixed by OMP_WAIT_POLICY=passive. Hence only two sync points per column block.
+// measured, fixed by OMP_WAIT_POLICY=passive. Hence few sync points (see the driver).
 [[maybe_unused]] constexpr int64_t kParallelMinMacs = int64_t(1) << 20;
 // Bound on the float C scratch a half/bf16 work item keeps across K passes (per thread).
 constexpr int64_t kMaxScratchCols = 1024;
@@ -383,9 +383,15 @@ void pack_a(Trans ta, const T* A, int64_t lda, int64_t i0, int64_t mb, int64_t p
                           dst + ir * kc);
     }
   } else {
-    for (int64_t ir = 0; ir < mb; ir += MR)
+    for (int64_t ir = 0; ir < mb; ir += MR) {
+      // Each panel reads a short piece of kc long rows; fetch the new line the next panel
+      // needs in each row while this one is copied.
+      const int64_t ahead = std::min(mb, ir + 2 * MR) - 1;
+      if (ahead >= ir + MR)
+        for (int64_t k = 0; k < kc; ++k) __builtin_prefetch(A + (p0 + k) * lda + i0 + ahead);
       copy_panel<MR>(A + p0 * lda + i0 + ir, lda, std::min<int64_t>(MR, mb - ir), kc,
                      dst + ir * kc);
+    }
   }
 }
 
@@ -490,10 +496,10 @@ void gemm_blocked(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, typename 
     Acc* const Ap = Bbuf + nbuf_b * b_elems + tid * (a_elems + c_elems);
     Acc* const Cf = Ap + a_elems;
 
-    // Each sync point can cost a scheduler time slice on a busy machine, so there are
-    // only two per column block: after packing B, and the join. Column blocks alternate
-    // between two B buffers, so the work loop needs no barrier before the next packing:
-    // passing that packing's barrier means every thread is done with the older buffer.
+    // Each sync point can cost a scheduler time slice on a busy machine, so there is one
+    // barrier per column block (after packing B) plus the final join. Column blocks
+    // alternate between two B buffers, so the work loop needs no barrier before the next
+    // packing: passing that packing's barrier means every thread is done with the older one.
     for (int64_t jc = 0, blk = 0; jc < N; jc += nc_max, ++blk) {
       const int64_t nc = std::min(nc_max, N - jc);
       const int64_t np = ceil_div(nc, NR);
