@@ -232,8 +232,7 @@ Split upload(const data::Dataset& d, engine::Device device) {
 
 struct EvalResult { double loss = 0, accuracy = 0; };
 
-// Test loss and accuracy with the model in eval mode, in `dtype` (the compute dtype, or FP32
-// with the masters when `masters_fp32`).
+// Test loss and accuracy with the model in eval mode, with activations in `dtype`.
 EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int64_t batch, engine::Device device) {
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
@@ -403,6 +402,7 @@ int run(const Config& cfg) {
 
   if (cfg.eval_only) {
     const EvalResult r = evaluate(*model, test, compute, cfg.batch_size, device);
+    model->set_compute_dtype(DType::F32);  // FP32 inference reads the FP32 masters
     const EvalResult r32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
     std::printf("test loss %.4f, accuracy %.2f%% (%s); FP32 inference %.2f%%\n", r.loss, r.accuracy,
                 cfg.precision.c_str(), r32.accuracy);
@@ -488,6 +488,8 @@ int run(const Config& cfg) {
   if (!cfg.checkpoint.empty() && step % steps_per_epoch != 0) save(cfg.checkpoint);
 
   // ---- summary
+  // FP32 inference with the FP32 masters (training is over: the compute copies can go).
+  model->set_compute_dtype(DType::F32);
   const EvalResult fp32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
   const engine::MemoryStats& mem = stats_alloc.stats();
   std::printf("\nSummary: %s, %s, %lld steps (%lld skipped for overflow), final loss scale %g\n", cfg.model.c_str(),
