@@ -1,6 +1,7 @@
 // Training-step benchmark: for each model and precision, images/s of the full training
 // step (forward, FP32 loss, scaled backward, fused optimizer step) on a device-resident
-// batch, peak memory by kind, and model FLOP/s as a fraction of the measured GEMM peak.
+// batch, time per CIFAR-10 epoch (50,000 images) at that rate, peak memory by kind, and model
+// FLOP/s as a fraction of the measured GEMM peak of the same dtype on the same device.
 // Ratios (FP16/BF16 vs FP32) are measured side by side in one run.
 //   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--json FILE]
 #include <algorithm>
@@ -17,6 +18,9 @@
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
 #include "models/models.h"
+#ifdef ENGINE_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 using engine::DType;
 using engine::Tensor;
@@ -26,7 +30,8 @@ namespace {
 struct Result {
   std::string model, precision;
   int64_t batch = 0;
-  double images_per_s = 0, step_ms = 0, gflops = 0, peak_fraction = 0;
+  double images_per_s = 0, step_ms = 0, gflops = 0, peak_gflops = 0, peak_fraction = 0;
+  double epoch_s() const { return images_per_s > 0 ? 50000.0 / images_per_s : 0; }
   engine::MemoryStats mem;
 };
 
@@ -46,6 +51,28 @@ double cpu_gemm_peak_gflops() {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * n * n * n / best * 1e-9;
+}
+
+// The GPU's GEMM peak for one dtype: our linear op on a large square product (FP32 without
+// TF32, as the engine runs FP32), timed over many back-to-back calls.
+double cuda_gemm_peak_gflops(DType dt, engine::Device device) {
+#ifdef ENGINE_WITH_CUDA
+  const int64_t n = 4096;
+  const Tensor x = engine::cast(engine::uniform({n, n}, -1, 1, DType::F32), dt).to(device);
+  const Tensor w = engine::cast(engine::uniform({n, n}, -0.05, 0.05, DType::F32), dt).to(device);
+  for (int i = 0; i < 3; ++i) (void)engine::linear(x, w, Tensor());
+  kernels::cuda::synchronize();
+  const int calls = 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) (void)engine::linear(x, w, Tensor());
+  kernels::cuda::synchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * n * n * n * calls / s * 1e-9;
+#else
+  (void)dt;
+  (void)device;
+  return 0;
+#endif
 }
 
 Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device, double peak) {
@@ -92,6 +119,7 @@ Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine
   r.step_ms = median * 1e3;
   r.images_per_s = static_cast<double>(batch) / median;
   r.gflops = static_cast<double>(engine::gemm_flops()) / steps / median * 1e-9;
+  r.peak_gflops = peak;
   r.peak_fraction = peak > 0 ? r.gflops / peak : 0;
   r.mem = alloc.stats();
   return r;
@@ -133,21 +161,31 @@ int main(int argc, char** argv) {
   }
   try {
     const engine::Device device = engine::parse_device(device_spec);
-    const double peak = device.is_cpu() ? cpu_gemm_peak_gflops() : 0.0;
-    if (device.is_cpu()) std::printf("CPU FP32 GEMM peak (1024^3): %.1f GFLOP/s\n", peak);
-    std::printf("%-10s %-5s %6s %10s %10s %9s %7s %10s %10s %10s %10s\n", "model", "prec", "batch", "img/s", "step ms",
-                "GFLOP/s", "%peak", "peak MiB", "weights", "grads+opt", "activ.");
+    // The yardstick for model FLOP/s: the GEMM peak per dtype (the CPU widens 16-bit
+    // operands to FP32, so its FP32 peak serves all three).
+    std::map<DType, double> peak;
+    if (device.is_cpu()) {
+      const double p = cpu_gemm_peak_gflops();
+      peak = {{DType::F32, p}, {DType::F16, p}, {DType::BF16, p}};
+      std::printf("CPU FP32 GEMM peak (1024^3): %.1f GFLOP/s\n", p);
+    } else {
+      for (DType dt : {DType::F32, DType::F16, DType::BF16}) peak[dt] = cuda_gemm_peak_gflops(dt, device);
+      std::printf("GPU GEMM peak (our linear, 4096^3): fp32 %.1f, fp16 %.1f, bf16 %.1f TFLOP/s\n",
+                  peak[DType::F32] * 1e-3, peak[DType::F16] * 1e-3, peak[DType::BF16] * 1e-3);
+    }
+    std::printf("%-10s %-5s %6s %10s %10s %8s %9s %7s %10s %10s %10s %10s\n", "model", "prec", "batch", "img/s", "step ms",
+                "epoch s", "GFLOP/s", "%peak", "peak MiB", "weights", "grads+opt", "activ.");
     std::vector<Result> results;
     for (const std::string& m : split(model_list)) {
       // CPU: small batches and few steps keep the big ResNets to seconds.
       const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
       const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 30);
       for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-        const Result r = bench(m, dt, b, s, device, peak);
+        const Result r = bench(m, dt, b, s, device, peak[dt]);
         const auto& at = r.mem.at_total_peak;
         auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
-        std::printf("%-10s %-5s %6lld %10.0f %10.1f %9.1f %6.0f%% %10.1f %10.1f %10.1f %10.1f\n", r.model.c_str(),
-                    r.precision.c_str(), static_cast<long long>(r.batch), r.images_per_s, r.step_ms, r.gflops,
+        std::printf("%-10s %-5s %6lld %10.0f %10.1f %8.1f %9.1f %6.0f%% %10.1f %10.1f %10.1f %10.1f\n", r.model.c_str(),
+                    r.precision.c_str(), static_cast<long long>(r.batch), r.images_per_s, r.step_ms, r.epoch_s(), r.gflops,
                     100 * r.peak_fraction, mb(r.mem.total_peak), mb(at[0]), mb(at[1] + at[2]), mb(at[3] + at[4]));
         std::fflush(stdout);
         results.push_back(r);
@@ -167,14 +205,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train: cannot write %s\n", json.c_str());
         return 1;
       }
-      std::fprintf(f, "{\"benchmark\":\"train_step\",\"device\":\"%s\",\"gemm_peak_gflops\":%.2f,\"results\":[",
-                   device.str().c_str(), peak);
+      std::fprintf(f, "{\"benchmark\":\"train_step\",\"device\":\"%s\",\"results\":[", device.str().c_str());
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::fprintf(f, "%s{\"model\":\"%s\",\"precision\":\"%s\",\"batch\":%lld,\"images_per_s\":%.2f,\"step_ms\":%.3f,"
-                        "\"gflops\":%.2f,\"peak_bytes\":%lld",
+                        "\"epoch_s\":%.3f,\"gflops\":%.2f,\"gemm_peak_gflops\":%.2f,\"peak_fraction\":%.4f,\"peak_bytes\":%lld",
                      i ? "," : "", r.model.c_str(), r.precision.c_str(), static_cast<long long>(r.batch), r.images_per_s,
-                     r.step_ms, r.gflops, static_cast<long long>(r.mem.total_peak));
+                     r.step_ms, r.epoch_s(), r.gflops, r.peak_gflops, r.peak_fraction,
+                     static_cast<long long>(r.mem.total_peak));
         for (int k = 0; k < engine::kNumMemKinds; ++k)
           std::fprintf(f, ",\"peak_%s\":%lld", engine::mem_kind_name(static_cast<engine::MemKind>(k)),
                        static_cast<long long>(r.mem.at_total_peak[k]));

@@ -2,8 +2,11 @@
 # shellcheck disable=SC2317  # the section functions are called through "$s" (indirectly)
 # bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. It builds the engine
 # with the CUDA backend for sm_90, runs the whole CTest suite (the [cuda] tests verbosely),
-# runs compute-sanitizer over the small [cuda][sanitize] tests, and prints one short summary
-# table last. Exit status 0 only when every section passed. Budget: under 8 minutes.
+# trains the default recipe in fp32/fp16/bf16, runs the PyTorch side-by-side, the kernel and
+# training benchmarks and a short ResNet side-by-side, runs compute-sanitizer over the small
+# [cuda][sanitize] tests, and prints the comparison tables and one short summary table last.
+# Exit status 0 only when every section passed. Budget: under 8 minutes; the later sections
+# shrink (quick benchmarks) or skip themselves, saying so, when time runs short.
 #
 #   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout
 #   bash bench/gpu_check.sh --prepare   on the development machine, BEFORE the GPU call:
@@ -20,8 +23,8 @@
 #
 # The GPU image has nvcc, CMake, ninja and PyTorch; cuDNN and cuBLAS may live only in
 # PyTorch's nvidia-* pip packages, found here through python3 and handed to CMake as hints.
-# Nothing is downloaded. Later sections (kernel benchmarks, the PyTorch side-by-side) plug in
-# as functions named in SECTIONS below; each one's verdict lands in the summary table.
+# Nothing is downloaded. Each section is a function named in SECTIONS below; its verdict lands
+# in the summary table.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -369,8 +372,83 @@ section_pytorch() {
   if [ "$bad" = 0 ]; then record pytorch ok "${verdict# }"; else record pytorch FAILED "${verdict# }"; fi
 }
 
-# Later: section_bench (kernel benchmarks against direct cuBLASLt/cuDNN calls).
-SECTIONS=(section_env section_configure section_build section_tests section_train section_pytorch section_sanitizer)
+# The kernel benchmark (our linear/conv vs direct cuBLASLt/cuDNN calls, memory-bound kernels vs
+# copy bandwidth) and the training-step benchmark (simplecnn, resnet9, resnet18 x fp32/fp16/bf16).
+# Quick mode when little time is left; the summary row gives the ratio ranges.
+section_bench() {
+  say "benchmarks: bench_kernels and bench_train on the GPU"
+  local quick=() rc1=0 rc2=0
+  [ "$(left)" -lt 240 ] && quick=(--quick)
+  run_limited 90 "$BUILD/bench_kernels" --device cuda "${quick[@]+"${quick[@]}"}" --json "$LOGDIR/bench_kernels.json" \
+      > "$LOGDIR/bench_kernels.log" 2>&1 || rc1=$?
+  grep -E "^ +(gemm|conv) .* fwd|copy of 1 GiB" "$LOGDIR/bench_kernels.log" | head -20
+  run_limited 60 "$BUILD/bench_train" --device cuda --steps 20 --json "$LOGDIR/bench_train.json" \
+      > "$LOGDIR/bench_train.log" 2>&1 || rc2=$?
+  tail -16 "$LOGDIR/bench_train.log"
+  local detail
+  detail=$(python3 - "$LOGDIR/bench_kernels.json" "$LOGDIR/bench_train.json" <<'PY' 2>&1
+import json, statistics, sys
+out = []
+try:
+    rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["device"] == "cuda" and r["ratio"] > 0]
+    for group, what in (("gemm", "linear/cuBLASLt"), ("conv", "conv/cuDNN"), ("memory", "memory/copy")):
+        v = sorted((r["ratio"], r["name"] + " " + r["dtype"]) for r in rows if r["group"] == group)
+        if v:
+            med = statistics.median(x for x, _ in v)
+            out.append(f"{what} {100 * v[0][0]:.0f}-{100 * v[-1][0]:.0f}% (median {100 * med:.0f}%, worst {v[0][1]})")
+except Exception as e:
+    out.append(f"bench_kernels: no results ({e})")
+try:
+    res = json.load(open(sys.argv[2]))["results"]
+    by = {(r["model"], r["precision"]): r for r in res}
+    for m in dict.fromkeys(r["model"] for r in res):
+        a, b = by.get((m, "f32")), by.get((m, "f16"))
+        if a and b:
+            out.append(f"{m} fp16/fp32 {b['images_per_s'] / a['images_per_s']:.2f}x speed "
+                       f"{b['peak_bytes'] / a['peak_bytes']:.2f}x memory ({b['images_per_s']:.0f} img/s)")
+except Exception as e:
+    out.append(f"bench_train: no results ({e})")
+print("; ".join(out))
+PY
+)
+  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ]; then record bench ok "$detail"
+  else record bench FAILED "rc bench_kernels $rc1, bench_train $rc2; $detail"; fi
+}
+
+# A ResNet side by side, short: resnet9 for 4 epochs with augmentation in our fp32 and fp16 and
+# PyTorch eager AMP (the FP16-vs-FP32 speed/memory claim on a ResNet; accuracy after 4 epochs).
+section_resnet() {
+  say "resnet9: 4 epochs, ours fp32/fp16 vs PyTorch eager AMP"
+  if [ "$(left)" -lt 150 ]; then record resnet skipped "under 150 s left in the budget"; return 0; fi
+  local data_args=(--synthetic --synthetic-size 20000)
+  [ -d "$BUILD/cifar10" ] && data_args=(--data "$BUILD/cifar10" --cache "$BUILD/cache")
+  local p rc bad=0 files=()
+  for p in fp32 fp16; do
+    rc=0
+    run_limited 60 "$BUILD/trainer" --device cuda --model resnet9 --precision "$p" --epochs 4 --augment \
+        "${data_args[@]}" --log "$LOGDIR/resnet9_$p.jsonl" > "$LOGDIR/resnet9_$p.log" 2>&1 || rc=$?
+    tail -3 "$LOGDIR/resnet9_$p.log"
+    if [ "$rc" = 0 ]; then files+=("$LOGDIR/resnet9_$p.jsonl"); else bad=1; fi
+  done
+  if python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+    local cache_args=(--synthetic 20000) u8
+    u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
+    [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
+    rc=0
+    run_limited 30 python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model resnet9 --precision amp-fp16 \
+        --epochs 4 --augment --data-mode gpu "${cache_args[@]}" --tf32 off --json "$LOGDIR/pytorch_resnet9.json" \
+        > "$LOGDIR/pytorch_resnet9.log" 2>&1 || rc=$?
+    tail -3 "$LOGDIR/pytorch_resnet9.log"
+    if [ "$rc" = 0 ]; then files+=("$LOGDIR/pytorch_resnet9.json"); else bad=1; fi
+  fi
+  [ ${#files[@]} -gt 0 ] && python3 "$ROOT/bench/compare.py" "${files[@]}" > "$LOGDIR/compare_resnet9.md" 2>&1
+  cat "$LOGDIR/compare_resnet9.md" 2>/dev/null
+  if [ "$bad" = 0 ]; then record resnet ok "${#files[@]} runs, table in compare_resnet9.md"
+  else record resnet FAILED "a run failed (see resnet9_*.log, pytorch_resnet9.log)"; fi
+}
+
+SECTIONS=(section_env section_configure section_build section_tests section_train section_pytorch section_bench
+          section_resnet section_sanitizer)
 
 for s in "${SECTIONS[@]}"; do
   if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
@@ -384,7 +462,9 @@ done
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
   for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log \
            train_fp32.log train_fp16.log train_bf16.log train_fp32.jsonl train_fp16.jsonl train_bf16.jsonl \
-           pytorch_eager.log pytorch_compile.log pytorch_eager.json pytorch_compile.json compare.md compare.json; do
+           pytorch_eager.log pytorch_compile.log pytorch_eager.json pytorch_compile.json compare.md compare.json \
+           bench_kernels.log bench_kernels.json bench_train.log bench_train.json resnet9_fp32.log resnet9_fp16.log \
+           resnet9_fp32.jsonl resnet9_fp16.jsonl pytorch_resnet9.log pytorch_resnet9.json compare_resnet9.md; do
     [ -f "$LOGDIR/$f" ] && tail -c 4000000 "$LOGDIR/$f" > "$OUT/$f"
   done
 fi
@@ -394,6 +474,10 @@ if [ -z "$commit" ]; then
   if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
 fi
 read -r P F S <<< "$TEST_COUNTS"
+# The comparison tables (ours vs PyTorch, and each precision vs its own FP32), then the summary.
+for f in compare.md compare_resnet9.md; do
+  if [ -s "$LOGDIR/$f" ]; then say "comparison: $f"; cat "$LOGDIR/$f"; fi
+done
 say "gpu_check summary"
 printf '%-12s %s\n' commit "$commit"
 for row in "${SUMMARY[@]}"; do
