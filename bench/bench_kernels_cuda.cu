@@ -112,21 +112,30 @@ int rotation_sets(double set_bytes) {
 // ---- the copy yardstick ----------------------------------------------------------------------------
 
 // Median time of a device-to-device cudaMemcpyAsync moving `bytes` in all (bytes/2 read and
-// bytes/2 written), measured once per size.
+// bytes/2 written), measured once per size. Consecutive copies move through different
+// windows of buffers at least 4x the L2, so the copy never runs from cache either.
 class CopyYardstick {
  public:
-  explicit CopyYardstick(size_t max_half_bytes, int iters)
-      : src_(random_gpu({static_cast<int64_t>(max_half_bytes / 4 + 1)}, DType::F32)),
-        dst_(Tensor::empty({static_cast<int64_t>(max_half_bytes / 4 + 1)}, DType::F32, kGpu)),
-        iters_(iters) {}
+  CopyYardstick(size_t max_half_bytes, int iters) : iters_(iters) {
+    int l2 = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, kcu::context().device));
+    const size_t bytes = std::max(max_half_bytes, size_t{4} * static_cast<size_t>(l2));
+    src_ = random_gpu({static_cast<int64_t>(bytes / 4 + 1)}, DType::F32);
+    dst_ = Tensor::empty({static_cast<int64_t>(bytes / 4 + 1)}, DType::F32, kGpu);
+  }
   double ms(double bytes) {
-    const size_t half_bytes = std::min(static_cast<size_t>(bytes / 2), src_.nbytes());
+    const size_t half_bytes = static_cast<size_t>(bytes / 2);
+    ENGINE_CHECK(half_bytes > 0 && half_bytes <= src_.nbytes(),
+                 "copy yardstick: " << half_bytes << " bytes asked of a " << src_.nbytes() << "-byte buffer");
     auto it = cache_.find(half_bytes);
     if (it != cache_.end()) return it->second;
+    const size_t windows = src_.nbytes() / half_bytes;
+    char* dst = static_cast<char*>(dst_.raw());
+    const char* src = static_cast<const char*>(src_.raw());
     const double t = time_gpu_ms(
-        [&](int) {
-          CHECK_CUDA(cudaMemcpyAsync(dst_.raw(), src_.raw(), half_bytes, cudaMemcpyDeviceToDevice,
-                                     kcu::default_stream()));
+        [&](int i) {
+          const size_t off = static_cast<size_t>(i) % windows * half_bytes;
+          CHECK_CUDA(cudaMemcpyAsync(dst + off, src + off, half_bytes, cudaMemcpyDeviceToDevice, kcu::default_stream()));
         },
         3, iters_);
     cache_[half_bytes] = t;
@@ -323,20 +332,23 @@ class DirectConv {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(h, xd_, x.raw(), wd_, w.raw(), cd_, yd_, out.raw(), kMax, &got,
                                                          perf, workspace_.raw(), kWorkspace));
-      fwd_ = pick(perf, got, &fwd_math_, "forward");
+      choose(perf, got, &fwd_, &fwd_math_, "forward", [&] { run(ConvDir::Fwd, x.raw(), w.raw(), out.raw()); });
     }
     {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(h, wd_, w.raw(), yd_, y.raw(), cd_, xd_, gx.raw(), kMax,
                                                               &got, perf, workspace_.raw(), kWorkspace));
-      bwd_data_ = pick(perf, got, &bwd_data_math_, "backward data");
+      choose(perf, got, &bwd_data_, &bwd_data_math_, "backward data",
+             [&] { run(ConvDir::BwdData, y.raw(), w.raw(), gx.raw()); });
     }
     {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, xd_, x.raw(), yd_, y.raw(), cd_, wd_, gw.raw(), kMax,
                                                                 &got, perf, workspace_.raw(), kWorkspace));
-      bwd_filter_ = pick(perf, got, &bwd_filter_math_, "backward filter");
+      choose(perf, got, &bwd_filter_, &bwd_filter_math_, "backward filter",
+             [&] { run(ConvDir::BwdFilter, x.raw(), y.raw(), gw.raw()); });
     }
+    kcu::stream_synchronize(kcu::default_stream());
   }
   ~DirectConv() {
     cudnnDestroyTensorDescriptor(xd_);
@@ -372,15 +384,25 @@ class DirectConv {
 
  private:
   static constexpr int64_t kWorkspace = int64_t{1} << 30;
-  template <class Perf>
-  decltype(Perf::algo) pick(const Perf* perf, int got, cudnnMathType_t* math, const char* what) const {
-    for (int j = 0; j < got; ++j) {  // sorted fastest first
+  // Find's results, fastest first: the first that succeeded, has an allowed math type and
+  // really runs (a dry run; a configuration cuDNN rejects moves on to the next one).
+  template <class Perf, class Algo>
+  void choose(const Perf* perf, int got, Algo* algo, cudnnMathType_t* math, const char* what,
+              const std::function<void()>& dry_run) {
+    std::string last = "Find returned no successful candidate";
+    for (int j = 0; j < got; ++j) {
       if (perf[j].status != CUDNN_STATUS_SUCCESS) continue;
       if (fp32_strict_ && perf[j].mathType != CUDNN_FMA_MATH && perf[j].mathType != CUDNN_DEFAULT_MATH) continue;
+      *algo = perf[j].algo;
       *math = fp32_strict_ ? CUDNN_FMA_MATH : perf[j].mathType;
-      return perf[j].algo;
+      try {
+        dry_run();
+        return;
+      } catch (const engine::Error& e) {
+        last = e.message();
+      }
     }
-    ENGINE_FAIL("cudnnFind found no usable " << what << " algorithm");
+    ENGINE_FAIL("direct cuDNN: no usable " << what << " algorithm (" << last << ")");
   }
   Tensor workspace_;
   bool fp32_strict_ = false;
@@ -410,6 +432,7 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
   struct Prec { DType dt; bool tf32; const char* name; };
   const Prec precs[] = {{DType::F32, false, "fp32"}, {DType::F32, true, "tf32"}, {DType::F16, false, "fp16"},
                         {DType::BF16, false, "bf16"}};
+  const kcu::ConvAlgoSearch saved_search = kcu::conv_algo_search();
   for (const Shape& s : shapes)
     for (const Prec& p : precs) {
       kcu::set_allow_tf32(p.tf32);
@@ -441,10 +464,19 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
         r.ref_name = "cuDNN direct, Find";
         return r;
       };
+      // Ours with the same kind of choice as the direct call (cuDNN's Find), then forward with
+      // cuDNN's heuristic choice, the engine's default (what the trainer runs).
+      kcu::set_conv_algo_search(kcu::ConvAlgoSearch::Benchmark);
       bench::Row f = row("fwd");
       f.ms = time_gpu_ms([&](int i) { (void)engine::conv2d(x[i % sets], w, Tensor(), 1, 1); }, 3, iters);
       f.ref_ms = time_gpu_ms([&](int i) { direct.run(ConvDir::Fwd, x[i % sets].raw(), w.raw(), y.raw()); }, 3, iters);
       rows.push_back(f);
+      kcu::set_conv_algo_search(kcu::ConvAlgoSearch::Heuristic);
+      bench::Row fh = row("fwd, heuristic algo");
+      fh.ms = time_gpu_ms([&](int i) { (void)engine::conv2d(x[i % sets], w, Tensor(), 1, 1); }, 3, iters);
+      fh.ref_ms = f.ref_ms;
+      rows.push_back(fh);
+      kcu::set_conv_algo_search(kcu::ConvAlgoSearch::Benchmark);
       auto ours = [&](ConvDir dir, const Tensor& a, const Tensor& b, Tensor& out) {
         if (p.dt == DType::F32) ours_conv_backward<float>(dir, d, a, b, out);
         else if (p.dt == DType::F16) ours_conv_backward<kernels::half>(dir, d, a, b, out);
@@ -460,10 +492,11 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
       bf.ref_ms = time_gpu_ms([&](int i) { direct.run(ConvDir::BwdFilter, x[i % sets].raw(), gy[i % sets].raw(), gw.raw()); },
                               3, iters);
       rows.push_back(bf);
-      std::printf("  conv %-5s %-24s fwd %.1f / %.1f TFLOP/s (ours / cuDNN)\n", p.name, shape.c_str(), f.rate(),
-                  f.ref_rate());
+      std::printf("  conv %-5s %-24s fwd %.1f (heuristic %.1f) / %.1f TFLOP/s (ours / cuDNN)\n", p.name, shape.c_str(),
+                  f.rate(), fh.rate(), f.ref_rate());
       std::fflush(stdout);
     }
+  kcu::set_conv_algo_search(saved_search);
   kcu::set_allow_tf32(false);
 }
 #endif  // ENGINE_WITH_CUDNN
@@ -525,17 +558,19 @@ template <class T> void add_typed_cases(std::vector<GpuMemCase>& cases, DType dt
   cases.push_back({"global avgpool fwd", d, pool, e * n, [=](int i) {
                      kcu::global_avgpool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>(), s);
                    }});
-  // Cross-entropy over [rows, 10] logits (FP32 softmax): read logits and labels, write FP32
-  // probabilities; backward reads those and writes the logits' gradient.
-  const int64_t k = 10, ce_rows = n / k;
+  // Cross-entropy over [rows, 1000] logits (FP32 softmax): read logits and labels, write FP32
+  // probabilities and per-row losses (then summed); backward reads probabilities and labels
+  // and writes the logits' gradient. (CIFAR's 10 classes x a batch is too small to time.)
+  const int64_t k = 1000, ce_rows = n / k;
   std::vector<int32_t> lab(static_cast<size_t>(ce_rows));
   for (int64_t j = 0; j < ce_rows; ++j) lab[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7) % k);
   Tensor labels = Tensor::from_ints(lab, {ce_rows}).to(kGpu);
   Tensor probs = Tensor::empty({ce_rows, k}, DType::F32, kGpu);
   Tensor loss = Tensor::empty({1}, DType::F32, kGpu), bad = Tensor::empty({1}, DType::I32, kGpu);
   Tensor gscale = Tensor::full({1}, 1024.0, DType::F32, kGpu);
-  const std::string ce = std::to_string(ce_rows) + " x 10";
-  cases.push_back({"cross-entropy fwd", d, ce, (e + 4) * ce_rows * k + 4.0 * ce_rows, [=](int i) {
+  const std::string ce = std::to_string(ce_rows) + " x 1000";
+  // + 16 B per row: the per-row loss and bad-label count, written and read back by the sum.
+  cases.push_back({"cross-entropy fwd", d, ce, (e + 4) * ce_rows * k + 20.0 * ce_rows, [=](int i) {
                      kcu::cross_entropy_forward<T, float>(ce_rows, k, x[i & 1].data<T>(), labels.data<int32_t>(), 0.0f,
                                                           probs.data<float>(), loss.data<float>(), bad.data<int>(), s);
                    }});
@@ -594,6 +629,7 @@ void add_optimizer_cases(std::vector<GpuMemCase>& cases, int64_t n) {
   }
   Tensor inv_scale = Tensor::full({1}, 1.0 / 1024, DType::F32, kGpu);
   Tensor found_inf = Tensor::zeros({1}, DType::I32, kGpu);  // stays 0: every step is applied
+  keep.insert(keep.end(), {inv_scale, found_inf});  // the lambdas below hold raw pointers into these
   kcu::StepScalars sc;
   sc.inv_scale = inv_scale.data<float>();
   sc.found_inf = found_inf.data<int>();
@@ -606,6 +642,7 @@ void add_optimizer_cases(std::vector<GpuMemCase>& cases, int64_t n) {
   // Per weight: SGD reads g (2), w, buf (8) and writes w, buf (8), copy (2): 20 B.
   // Adam reads g (2), w, m, v (12) and writes w, m, v (12), copy (2): 28 B.
   cases.push_back({"found-inf check (multi)", "fp16 grads", shape, 2.0 * total, [=](int i) {
+                     (void)keep;
                      kcu::multi_all_finite(*(*sgd_plans)[i & 1], found_inf.data<int>(), s);
                    }});
   cases.push_back({"SGD momentum step (multi)", "fp16 grads", shape, 20.0 * total, [=](int i) {
@@ -613,12 +650,14 @@ void add_optimizer_cases(std::vector<GpuMemCase>& cases, int64_t n) {
                      kcu::multi_sgd_step(*(*sgd_plans)[i & 1], sgd, sc, s);
                    }});
   cases.push_back({"Adam step (multi)", "fp16 grads", shape, 28.0 * total, [=](int i) {
+                     (void)keep;
                      kcu::multi_adam_step(*(*adam_plans)[i & 1], adam, sc, s);
                    }});
 }
 
 void gpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
-  const int64_t n = opt.quick ? (int64_t{1} << 24) : (int64_t{1} << 26);  // 64 Mi elements: 256 MiB of FP32
+  // 64 Mi elements (256 MiB of FP32) even in quick mode: smaller sets would sit in the L2.
+  const int64_t n = int64_t{1} << 26;
   const int iters = opt.iters > 0 ? opt.iters : opt.quick ? 5 : 30;
   cudaStream_t s = kcu::default_stream();
   std::vector<GpuMemCase> cases;
@@ -644,8 +683,8 @@ void gpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
   add_optimizer_cases(cases, n);
   double max_bytes = 0;
   for (const auto& c : cases) max_bytes = std::max(max_bytes, c.bytes);
-  CopyYardstick copy(static_cast<size_t>(max_bytes / 2) + 64, iters);
   const double big = 2.0 * (size_t{1} << 30);
+  CopyYardstick copy(static_cast<size_t>(std::max(max_bytes, big) / 2) + 64, iters);
   std::printf("  device-to-device copy of 1 GiB: %.0f GB/s (read + written)\n", big / (copy.ms(big) * 1e-3) / 1e9);
   for (const GpuMemCase& mc : cases) {
     bench::Row r;
@@ -667,7 +706,7 @@ void gpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
 
 bool bench::run_cuda(const Options& opt, std::vector<Row>& rows, std::string* why) {
   if (engine::cuda_device_count(why) == 0) return false;
-  (void)engine::parse_device("cuda:0");  // registers the CUDA allocator with the engine
+  (void)engine::parse_device("cuda:0");  // checks the device index (the allocator registers on first use)
   const kcu::Context& ctx = kcu::context();
   std::printf("GPU section on %s (%d SMs, compute %d.%d)%s...\n", ctx.name.c_str(), ctx.sm_count, ctx.cc_major,
               ctx.cc_minor, opt.quick ? ", quick" : "");

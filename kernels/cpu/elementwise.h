@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/convert.h"
 #include "kernels/element_math.h"
@@ -19,7 +20,17 @@ template <class T> void relu_forward(const T* x, T* y, int64_t n) {
 }
 template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(relu_bwd<acc_t<T>>(x[i], gy[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<acc_t<T>, float>) {
+      // relu_bwd as a bit mask: compilers otherwise branch on the sign of x, and skip
+      // widening gy when it is negative, which random data makes unpredictable (5x slower
+      // for FP16). Same results: gy where x > 0, else +0 (also for a NaN/inf gy).
+      const uint32_t keep = static_cast<float>(x[i]) > 0.0f ? 0xFFFFFFFFu : 0u;
+      gx[i] = from_acc<T>(bits_float(float_bits(static_cast<float>(gy[i])) & keep));
+    } else {
+      gx[i] = from_acc<T>(relu_bwd<acc_t<T>>(x[i], gy[i]));
+    }
+  }
 }
 template <class T> void gelu_forward(const T* x, T* y, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)

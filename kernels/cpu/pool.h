@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/numeric.h"
 
@@ -19,28 +20,47 @@ struct Pool2dShape {
 // argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
 template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
   const int64_t oh = s.out_h(), ow = s.out_w();
-#pragma omp parallel for collapse(2) if (s.n * oh > 16)
-  for (int64_t b = 0; b < s.n; ++b) {
-    for (int64_t i = 0; i < oh; ++i) {
-      for (int64_t j = 0; j < ow; ++j) {
-        const int64_t o = ((b * oh + i) * ow + j) * s.c;
-        for (int64_t ch = 0; ch < s.c; ++ch) {
-          float best = -std::numeric_limits<float>::infinity();
-          int32_t best_at = -1;
+#pragma omp parallel if (s.n * oh > 16)
+  {
+    // Taps outer, channels inner: each tap is a contiguous run of c values, and the
+    // comparison is a branch-free select per channel (random data would defeat a predictor).
+    std::vector<float> best(static_cast<size_t>(s.c));
+    std::vector<int32_t> best_at(static_cast<size_t>(s.c));
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < s.n; ++b) {
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          bool first = true;
           for (int64_t r = 0; r < s.kernel; ++r) {
             const int64_t ih = i * s.stride - s.pad + r;
             if (ih < 0 || ih >= s.h) continue;
             for (int64_t q = 0; q < s.kernel; ++q) {
               const int64_t iw = j * s.stride - s.pad + q;
               if (iw < 0 || iw >= s.w) continue;
-              const float v = static_cast<float>(x[((b * s.h + ih) * s.w + iw) * s.c + ch]);
-              // Strictly greater keeps the first of equal values; a NaN wins and stays.
-              const bool take = best_at < 0 || v > best || (v != v && best == best);
-              if (take) { best = v; best_at = static_cast<int32_t>(ih * s.w + iw); }
+              const T* tap = x + ((b * s.h + ih) * s.w + iw) * s.c;
+              const int32_t at = static_cast<int32_t>(ih * s.w + iw);
+              if (first) {
+                for (int64_t ch = 0; ch < s.c; ++ch) {
+                  best[ch] = static_cast<float>(tap[ch]);
+                  best_at[ch] = at;
+                }
+                first = false;
+                continue;
+              }
+              for (int64_t ch = 0; ch < s.c; ++ch) {
+                const float v = static_cast<float>(tap[ch]);
+                // Strictly greater keeps the first of equal values; a NaN wins and stays.
+                const bool take = v > best[ch] || (v != v && best[ch] == best[ch]);
+                best[ch] = take ? v : best[ch];
+                best_at[ch] = take ? at : best_at[ch];
+              }
             }
           }
-          y[o + ch] = x[(b * s.h * s.w + best_at) * s.c + ch];
-          argmax[o + ch] = best_at;
+          const int64_t o = ((b * oh + i) * ow + j) * s.c;
+          for (int64_t ch = 0; ch < s.c; ++ch) {
+            y[o + ch] = x[(b * s.h * s.w + best_at[ch]) * s.c + ch];
+            argmax[o + ch] = best_at[ch];
+          }
         }
       }
     }

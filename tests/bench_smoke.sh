@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The benchmarks still run and report: bench_kernels and bench_train in quick mode on the CPU
+# write JSON whose every row has a positive time and rate, and bad flags exit 2. (What they
+# measure is judged by people reading the tables, never by a test.)
+#   tests/bench_smoke.sh BENCH_KERNELS BENCH_TRAIN WORKDIR
+set -uo pipefail
+kernels="$1" train="$2" work="$3"
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+fail() { echo "FAILED: $1"; fails=$((fails + 1)); }
+
+if "$kernels" --device cpu --quick --iters 2 --json "$work/kernels.json" > "$work/kernels.log" 2>&1; then
+  rows=$(grep -c '"device":"cpu"' "$work/kernels.json")
+  # Each group must be present; no row may have a zero or missing time or rate.
+  for g in gemm conv memory; do
+    grep -q "\"group\":\"$g\"" "$work/kernels.json" || fail "bench_kernels: no $g rows"
+  done
+  if grep -E '"(ms|rate)":(0[,}]|-|nan|inf)' "$work/kernels.json"; then fail "bench_kernels: a zero/invalid time or rate"; fi
+  [ "$rows" -ge 20 ] || fail "bench_kernels: only $rows rows"
+  echo "bench_kernels: $rows rows"
+else
+  cat "$work/kernels.log"; fail "bench_kernels --quick exited non-zero"
+fi
+"$kernels" --device tpu > /dev/null 2>&1; [ $? = 2 ] || fail "bench_kernels --device tpu should exit 2"
+"$kernels" --bogus > /dev/null 2>&1; [ $? = 2 ] || fail "bench_kernels --bogus should exit 2"
+
+if "$train" --quick --models simplecnn --steps 1 --json "$work/train.json" > "$work/train.log" 2>&1; then
+  n=$(grep -o '"model":"simplecnn"' "$work/train.json" | wc -l)
+  [ "$n" = 3 ] || fail "bench_train: $n simplecnn rows, want 3 (fp32, fp16, bf16)"
+  if grep -E '"(images_per_s|epoch_s|peak_bytes)":(0(\.0+)?[,}]|-|nan|inf)' "$work/train.json"; then
+    fail "bench_train: a zero/invalid figure"
+  fi
+else
+  cat "$work/train.log"; fail "bench_train --quick exited non-zero"
+fi
+
+[ "$fails" = 0 ] && echo "bench smoke: all passed"
+exit $((fails > 0))
