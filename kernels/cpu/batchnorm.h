@@ -3,6 +3,7 @@
 // is fine), data in T.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -25,6 +26,28 @@ void apply_affine_rows(int64_t rows, int64_t c, const T* x, const P* mean, const
     for (int64_t ch = 0; ch < c; ++ch) y[r * c + ch] = from_acc<T>(P(x[r * c + ch]) * a[ch] + b[ch]);
 }
 
+namespace detail {
+// Per-channel column sums over [rows, c] row-major data, cache-friendly: each block of
+// kRowBlock rows is summed row by row into its own partial (contiguous, vectorisable), then
+// the partials are added in block order, so the result does not depend on the thread count.
+// add_row(r, acc) adds row r's contributions into acc[0..c) (and acc[c..2c) when nsums is 2).
+constexpr int64_t kRowBlock = 256;
+template <class P, class AddRow>
+void column_sums(int64_t rows, int64_t c, int nsums, AddRow add_row, P* out) {
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock, width = nsums * c;
+  std::vector<P> part(static_cast<size_t>(blocks * width), P(0));
+#pragma omp parallel for if (rows * c > (1 << 15))
+  for (int64_t b = 0; b < blocks; ++b) {
+    P* acc = part.data() + b * width;
+    const int64_t end = std::min(rows, (b + 1) * kRowBlock);
+    for (int64_t r = b * kRowBlock; r < end; ++r) add_row(r, acc);
+  }
+  for (int64_t j = 0; j < width; ++j) out[j] = P(0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < width; ++j) out[j] += part[static_cast<size_t>(b * width + j)];
+}
+}  // namespace detail
+
 // Training: batch mean and biased variance per channel (two passes for accuracy), saves
 // mean and 1/sqrt(var + eps), and updates the running statistics like PyTorch (unbiased
 // variance, running = (1 - momentum) * running + momentum * batch).
@@ -32,23 +55,25 @@ template <class T, class P = acc_t<T>>
 void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
                              P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd,
                              T* y) {
-#pragma omp parallel for if (c > 8 && rows * c > (1 << 15))
-  for (int64_t ch = 0; ch < c; ++ch) {
-    P sum = 0;
-    for (int64_t r = 0; r < rows; ++r) sum += P(x[r * c + ch]);
-    const P mean = sum / P(rows);
-    P sq = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const P d = P(x[r * c + ch]) - mean;
-      sq += d * d;
+  std::vector<P> sum(static_cast<size_t>(c)), sq(static_cast<size_t>(c));
+  detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
+    const T* xr = x + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) acc[ch] += P(xr[ch]);
+  }, sum.data());
+  for (int64_t ch = 0; ch < c; ++ch) save_mean[ch] = sum[ch] / P(rows);
+  detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
+    const T* xr = x + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const P d = P(xr[ch]) - save_mean[ch];
+      acc[ch] += d * d;
     }
-    const P var = sq / P(rows);
-    const P invstd = P(1) / std::sqrt(var + eps);
-    save_mean[ch] = mean;
-    save_invstd[ch] = invstd;
+  }, sq.data());
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const P var = sq[ch] / P(rows);
+    save_invstd[ch] = P(1) / std::sqrt(var + eps);
     if (running_mean) {
-      const P unbiased = rows > 1 ? sq / P(rows - 1) : var;
-      running_mean[ch] = (P(1) - momentum) * running_mean[ch] + momentum * mean;
+      const P unbiased = rows > 1 ? sq[ch] / P(rows - 1) : var;
+      running_mean[ch] = (P(1) - momentum) * running_mean[ch] + momentum * save_mean[ch];
       running_var[ch] = (P(1) - momentum) * running_var[ch] + momentum * unbiased;
     }
   }
@@ -69,29 +94,38 @@ void batchnorm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma,
 template <class T, class P = acc_t<T>>
 void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
                         const P* invstd, bool training, T* gx, P* ggamma, P* gbeta) {
-  std::vector<P> dgamma(static_cast<size_t>(c), P(0)), dbeta(static_cast<size_t>(c), P(0));
-#pragma omp parallel for if (c > 8 && rows * c > (1 << 15))
-  for (int64_t ch = 0; ch < c; ++ch) {
-    P sg = 0, sgx = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const P g = P(gy[r * c + ch]);
-      sg += g;
-      sgx += g * (P(x[r * c + ch]) - mean[ch]) * invstd[ch];
+  // sums[0..c) = dbeta = sum gy, sums[c..2c) = dgamma = sum gy * xhat.
+  std::vector<P> sums(static_cast<size_t>(2 * c));
+  detail::column_sums<P>(rows, c, 2, [&](int64_t r, P* acc) {
+    const T *xr = x + r * c, *gr = gy + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const P g = P(gr[ch]);
+      acc[ch] += g;
+      acc[c + ch] += g * (P(xr[ch]) - mean[ch]) * invstd[ch];
     }
-    dbeta[ch] = sg;
-    dgamma[ch] = sgx;
-  }
+  }, sums.data());
+  const P* dbeta = sums.data();
+  const P* dgamma = sums.data() + c;
   if (gx) {
+    // Per-channel factors hoisted out of the row loop (the same operations, so the same bits).
+    std::vector<P> k(static_cast<size_t>(c)), db(static_cast<size_t>(c)), dg(static_cast<size_t>(c));
+    for (int64_t ch = 0; ch < c; ++ch) {
+      k[ch] = gamma[ch] * invstd[ch];
+      db[ch] = dbeta[ch] / P(rows);
+      dg[ch] = dgamma[ch] / P(rows);
+    }
 #pragma omp parallel for if (rows * c > (1 << 15))
     for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * c, *gr = gy + r * c;
+      T* out = gx + r * c;
       for (int64_t ch = 0; ch < c; ++ch) {
-        const P g = P(gy[r * c + ch]);
+        const P g = P(gr[ch]);
         P v = g;
         if (training) {
-          const P xhat = (P(x[r * c + ch]) - mean[ch]) * invstd[ch];
-          v = g - dbeta[ch] / P(rows) - xhat * dgamma[ch] / P(rows);
+          const P xhat = (P(xr[ch]) - mean[ch]) * invstd[ch];
+          v = g - db[ch] - xhat * dg[ch];
         }
-        gx[r * c + ch] = from_acc<T>(gamma[ch] * invstd[ch] * v);
+        out[ch] = from_acc<T>(k[ch] * v);
       }
     }
   }
