@@ -80,14 +80,8 @@ void cpu_gemm(const bench::Options& opt, std::vector<bench::Row>& rows) {
       Tensor x[2] = {random_cpu({s.rows, s.in}, dt), random_cpu({s.rows, s.in}, dt)};
       Tensor w[2] = {random_cpu({s.out, s.in}, dt, -0.1, 0.1), random_cpu({s.out, s.in}, dt, -0.1, 0.1)};
       Tensor y = Tensor::empty({s.rows, s.out}, dt);
-      bench::Row r;
-      r.device = "cpu";
-      r.group = "gemm";
-      r.name = std::string("linear fwd, no bias (") + s.what + ")";
-      r.dtype = dname(dt);
-      r.shape = dims({s.rows, s.in, s.out});
-      r.unit = "GFLOP/s";
-      r.work = 2.0 * s.rows * s.in * s.out;
+      bench::Row r = bench::make_row("cpu", "gemm", std::string("linear fwd, no bias (") + s.what + ")", dname(dt),
+                                     dims({s.rows, s.in, s.out}), "GFLOP/s", 2.0 * s.rows * s.in * s.out);
       // No bias on either side: our CPU GEMM has no bias epilogue to call directly.
       r.ms = time_cpu_ms([&](int i) { (void)engine::linear(x[i & 1], w[i & 1], Tensor()); }, iters);
       r.ref_name = "our GEMM, direct";
@@ -111,14 +105,10 @@ void cpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
       Tensor x[2] = {random_cpu({s.n, s.hw, s.hw, s.c}, dt), random_cpu({s.n, s.hw, s.hw, s.c}, dt)};
       Tensor w = random_cpu({s.k, 3, 3, s.c}, dt, -0.1, 0.1);
-      bench::Row r;
-      r.device = "cpu";
-      r.group = "conv";
-      r.name = std::string("conv fwd (") + s.what + ")";
-      r.dtype = dname(dt);
-      r.shape = "n" + std::to_string(s.n) + " " + dims({s.hw, s.hw, s.c}) + " k" + std::to_string(s.k) + " 3x3";
-      r.unit = "GFLOP/s";
-      r.work = 2.0 * s.n * s.hw * s.hw * s.k * 9 * s.c;
+      bench::Row r = bench::make_row(
+          "cpu", "conv", std::string("conv fwd (") + s.what + ")", dname(dt),
+          "n" + std::to_string(s.n) + " " + dims({s.hw, s.hw, s.c}) + " k" + std::to_string(s.k) + " 3x3", "GFLOP/s",
+          2.0 * s.n * s.hw * s.hw * s.k * 9 * s.c);
       r.ms = time_cpu_ms([&](int i) { (void)engine::conv2d(x[i & 1], w, Tensor(), 1, 1); }, iters);
       rows.push_back(r);
     }
@@ -136,17 +126,11 @@ void parallel_copy(char* dst, const char* src, size_t half_bytes) {
   }
 }
 
-struct CpuMemCase {
-  std::string name, dtype, shape;
-  double bytes;  // read + written by one call
-  std::function<void(int)> run;
-};
-
 void cpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
   const int64_t n = opt.quick ? (1 << 22) : (1 << 24);  // 16 Mi elements: 64 MiB of FP32
   const int iters = opt.iters > 0 ? opt.iters : opt.quick ? 3 : 9;
   const int64_t hw = 32, c = 64, batch = n / (hw * hw * c);
-  std::vector<CpuMemCase> cases;
+  std::vector<bench::MemCase> cases;
   // Two sets of every input, alternated between calls.
   auto pair = [&](DType dt, int64_t count) {
     return std::vector<Tensor>{random_cpu({count}, dt), random_cpu({count}, dt)};
@@ -253,15 +237,8 @@ void cpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
   // The yardstick: a parallel memcpy moving the same bytes (size -> median ms, measured once).
   std::vector<char> src(static_cast<size_t>(n) * 16), dst(src.size());
   for (size_t j = 0; j < src.size(); ++j) src[j] = static_cast<char>(j * 131 + 7);
-  for (const CpuMemCase& mc : cases) {
-    bench::Row r;
-    r.device = "cpu";
-    r.group = "memory";
-    r.name = mc.name;
-    r.dtype = mc.dtype;
-    r.shape = mc.shape;
-    r.unit = "GB/s";
-    r.work = mc.bytes;
+  for (const bench::MemCase& mc : cases) {
+    bench::Row r = bench::make_row("cpu", "memory", mc.name, mc.dtype, mc.shape, "GB/s", mc.bytes);
     r.ms = time_cpu_ms(mc.run, iters);
     const size_t half_bytes = std::min(src.size(), static_cast<size_t>(mc.bytes / 2));
     r.ref_name = "memcpy, same bytes";

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,27 @@ struct Row {
   double ref_rate() const { return ref_ms > 0 ? work / (ref_ms * 1e-3) / unit_scale() : 0; }
   double ratio() const { return ref_ms > 0 && ms > 0 ? ref_ms / ms : 0; }  // ours / yardstick, by rate
   double unit_scale() const { return unit == "TFLOP/s" ? 1e12 : 1e9; }
+};
+
+inline Row make_row(const std::string& device, const std::string& group, const std::string& name,
+                    const std::string& dtype, const std::string& shape, const std::string& unit, double work) {
+  Row r;
+  r.device = device;
+  r.group = group;
+  r.name = name;
+  r.dtype = dtype;
+  r.shape = shape;
+  r.unit = unit;
+  r.work = work;
+  return r;
+}
+
+// A memory-bound case: what one call moves (read + written) and the call itself (its
+// argument picks the input set, so consecutive calls rotate through them).
+struct MemCase {
+  std::string name, dtype, shape;
+  double bytes;
+  std::function<void(int)> run;
 };
 
 inline double median(std::vector<double> v) {

@@ -259,14 +259,8 @@ void gpu_gemm(const bench::Options& opt, std::vector<bench::Row>& rows) {
       DirectLt bwd_weight(CUBLAS_OP_N, CUBLAS_OP_T, s.in, s.out, s.rows, s.in, s.out, s.in, p.dt, p.tf32, nullptr);
       const std::string shape = std::to_string(s.rows) + "x" + std::to_string(s.in) + "x" + std::to_string(s.out);
       auto row = [&](const std::string& name) {
-        bench::Row r;
-        r.device = "cuda";
-        r.group = "gemm";
-        r.name = name + " (" + s.what + ")";
-        r.dtype = p.name;
-        r.shape = shape;
-        r.unit = "TFLOP/s";
-        r.work = 2.0 * s.rows * s.in * s.out;
+        bench::Row r = bench::make_row("cuda", "gemm", name + " (" + s.what + ")", p.name, shape, "TFLOP/s",
+                                       2.0 * s.rows * s.in * s.out);
         r.ref_name = "cuBLASLt direct";
         return r;
       };
@@ -453,14 +447,8 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
                                 "x" + std::to_string(s.c) + " k" + std::to_string(s.k);
       const double flops = 2.0 * yn * 9 * s.c;
       auto row = [&](const char* dir) {
-        bench::Row r;
-        r.device = "cuda";
-        r.group = "conv";
-        r.name = std::string("conv ") + dir + " (" + s.what + ")";
-        r.dtype = p.name;
-        r.shape = shape;
-        r.unit = "TFLOP/s";
-        r.work = flops;
+        bench::Row r = bench::make_row("cuda", "conv", std::string("conv ") + dir + " (" + s.what + ")", p.name, shape,
+                                       "TFLOP/s", flops);
         r.ref_name = "cuDNN direct, Find";
         return r;
       };
@@ -503,13 +491,7 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
 
 // ---- memory-bound kernels vs the copy yardstick ----------------------------------------------------
 
-struct GpuMemCase {
-  std::string name, dtype, shape;
-  double bytes;  // read + written by one call
-  std::function<void(int)> run;
-};
-
-template <class T> void add_typed_cases(std::vector<GpuMemCase>& cases, DType dt, int64_t n) {
+template <class T> void add_typed_cases(std::vector<bench::MemCase>& cases, DType dt, int64_t n) {
   cudaStream_t s = kcu::default_stream();
   const std::string d = dname(dt);
   const double e = sizeof(T);
@@ -593,7 +575,7 @@ std::vector<int64_t> resnet_like_sizes(int64_t n) {
   return sizes;
 }
 
-void add_optimizer_cases(std::vector<GpuMemCase>& cases, int64_t n) {
+void add_optimizer_cases(std::vector<bench::MemCase>& cases, int64_t n) {
   cudaStream_t s = kcu::default_stream();
   const std::vector<int64_t> sizes = resnet_like_sizes(n);
   // FP16 gradients and compute copies, FP32 master, momentum / Adam moments: a mixed
@@ -660,7 +642,7 @@ void gpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
   const int64_t n = int64_t{1} << 26;
   const int iters = opt.iters > 0 ? opt.iters : opt.quick ? 5 : 30;
   cudaStream_t s = kcu::default_stream();
-  std::vector<GpuMemCase> cases;
+  std::vector<bench::MemCase> cases;
   add_typed_cases<float>(cases, DType::F32, n);
   add_typed_cases<kernels::half>(cases, DType::F16, n);
   if (!opt.quick) add_typed_cases<bfloat16>(cases, DType::BF16, n);
@@ -686,15 +668,8 @@ void gpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
   const double big = 2.0 * (size_t{1} << 30);
   CopyYardstick copy(static_cast<size_t>(std::max(max_bytes, big) / 2) + 64, iters);
   std::printf("  device-to-device copy of 1 GiB: %.0f GB/s (read + written)\n", big / (copy.ms(big) * 1e-3) / 1e9);
-  for (const GpuMemCase& mc : cases) {
-    bench::Row r;
-    r.device = "cuda";
-    r.group = "memory";
-    r.name = mc.name;
-    r.dtype = mc.dtype;
-    r.shape = mc.shape;
-    r.unit = "GB/s";
-    r.work = mc.bytes;
+  for (const bench::MemCase& mc : cases) {
+    bench::Row r = bench::make_row("cuda", "memory", mc.name, mc.dtype, mc.shape, "GB/s", mc.bytes);
     r.ms = time_gpu_ms(mc.run, 3, iters);
     r.ref_name = "D2D copy, same bytes";
     r.ref_ms = copy.ms(mc.bytes);
