@@ -16,7 +16,9 @@
 #                                       files do; if .gpu_deps is git-ignored, carry it)
 #
 # Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET
-# (seconds, default 460), GPU_CHECK_CTEST_EXCLUDE (ctest -E regex for the CPU suite),
+# (seconds, default 460), GPU_CHECK_ONLY (e.g. "tests bench": only those sections after the
+# build; names: tests train pytorch bench resnet sanitizer), GPU_CHECK_CTEST_EXCLUDE (ctest -E
+# regex for the CPU suite),
 # GPU_CHECK_COMMIT (the commit to report when the copy there has no .git),
 # CUDNN_ROOT (skip the search), OUT (a folder whose files come back from the GPU machine:
 # the logs are copied there).
@@ -315,14 +317,22 @@ section_sanitizer() {
 
 # The default recipe (simplecnn, Adam 1e-3, batch 256, 10 epochs) in each precision on the
 # GPU: test accuracy, images/s and peak device memory from the trainer's JSON summary.
-section_train() {
-  say "trainer: the default recipe in fp32, fp16, bf16"
-  local data_args=(--synthetic --synthetic-size 20000) where="synthetic data"
+# The trainer's data flags: the CIFAR-10 JPEG copy (unpacked once from .gpu_deps), else synthetic.
+DATA_ARGS=() DATA_WHERE=""
+ensure_data() {
+  [ -n "$DATA_WHERE" ] && return 0
+  DATA_ARGS=(--synthetic --synthetic-size 20000) DATA_WHERE="synthetic data"
   if [ -f "$DEPS/cifar10-jpeg.tar.gz" ]; then
     if bash "$ROOT/data/get_cifar10.sh" "$BUILD/cifar10" "$DEPS/cifar10-jpeg.tar.gz" > "$LOGDIR/unpack.log" 2>&1; then
-      data_args=(--data "$BUILD/cifar10" --cache "$BUILD/cache") where="CIFAR-10 JPEG copy"
+      DATA_ARGS=(--data "$BUILD/cifar10" --cache "$BUILD/cache") DATA_WHERE="CIFAR-10 JPEG copy"
     fi
   fi
+}
+
+section_train() {
+  say "trainer: the default recipe in fp32, fp16, bf16"
+  ensure_data
+  local data_args=("${DATA_ARGS[@]}") where="$DATA_WHERE"
   local p rows="" bad=0
   for p in fp32 fp16 bf16; do
     local log="$LOGDIR/train_$p.jsonl" rc=0
@@ -420,8 +430,8 @@ PY
 section_resnet() {
   say "resnet9: 4 epochs, ours fp32/fp16 vs PyTorch eager AMP"
   if [ "$(left)" -lt 150 ]; then record resnet skipped "under 150 s left in the budget"; return 0; fi
-  local data_args=(--synthetic --synthetic-size 20000)
-  [ -d "$BUILD/cifar10" ] && data_args=(--data "$BUILD/cifar10" --cache "$BUILD/cache")
+  ensure_data
+  local data_args=("${DATA_ARGS[@]}")
   local p rc bad=0 files=()
   for p in fp32 fp16; do
     rc=0
@@ -449,6 +459,16 @@ section_resnet() {
 
 SECTIONS=(section_env section_configure section_build section_tests section_train section_pytorch section_bench
           section_resnet section_sanitizer)
+
+# GPU_CHECK_ONLY="train bench" runs just those sections (after env, configure and build, which
+# always run; an incremental build is quick when the build folder is still there).
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+  kept=()
+  for s in "${SECTIONS[@]}"; do
+    case " env configure build ${GPU_CHECK_ONLY} " in *" ${s#section_} "*) kept+=("$s") ;; esac
+  done
+  SECTIONS=("${kept[@]}")
+fi
 
 for s in "${SECTIONS[@]}"; do
   if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
