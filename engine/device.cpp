@@ -50,6 +50,10 @@ Device parse_device(const std::string& spec) {
     const int n = cuda_device_count(&why);
     ENGINE_CHECK(n > 0, "no CUDA device found: " << why);
     ENGINE_CHECK(index < n, "no CUDA device " << index << " (" << n << " present)");
+    // One context and one allocator, both on the current device (device 0): other indices
+    // would be labels only, so they are refused rather than silently run on device 0.
+    ENGINE_CHECK(index == 0, "cuda:" << index << ": only cuda:0 is supported (run with CUDA_VISIBLE_DEVICES="
+                                     << index << " to use that GPU as cuda:0)");
     return Device::cuda(index);
   }
   ENGINE_FAIL("bad device '" << spec << "' (expected auto, cpu, cuda or cuda:N)");
@@ -73,7 +77,8 @@ void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
 void device_memset_zero(void* dst, Device dev, size_t bytes) {
 #ifdef ENGINE_WITH_CUDA
   (void)dev;
-  kernels::cuda::memset_zero(dst, bytes);
+  // On the engine's stream (not the legacy default one): zero_grad runs every step.
+  kernels::cuda::zero(dst, bytes, kernels::cuda::default_stream());
 #else
   (void)dst; (void)bytes;
   ENGINE_FAIL("memset on " << dev.str() << " needs the CUDA backend");

@@ -29,10 +29,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   const DType ad = acc_dtype(logits.dtype());
   Tensor loss = Tensor::empty({1}, ad, logits.device());
   Tensor probs = Tensor::empty({rows, k}, ad, logits.device());
-  // On the GPU nothing waits for the host: a label out of range turns the loss into NaN
-  // (which the loss scaler and the trainer's log then see) instead of raising here.
+  // On the GPU nothing waits for the host: rows with a label out of range are counted on the
+  // device, the loss becomes NaN (the trainer's log shows it) and so does the gradient backward
+  // starts from, so every gradient is NaN and the step is skipped (loss scaler) or refused
+  // (the finite check) instead of applying an update computed from a bad label.
+  Tensor bad;
   ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy", T, {
-    Tensor bad = Tensor::empty({1}, DType::I32, logits.device());
+    bad = Tensor::empty({1}, DType::I32, logits.device());
     kcu::cross_entropy_forward<T, float>(rows, k, logits.data<T>(), labels.data<int32_t>(),
                                          static_cast<float>(label_smoothing), probs.data<float>(), loss.data<float>(),
                                          bad.data<int32_t>(), cuda_stream());
@@ -46,14 +49,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   });
   if (should_record({&logits})) {
     active_tape()->record("cross_entropy", {logits}, loss,
-                          [logits, labels, probs, label_smoothing](const Tensor& gloss) -> std::vector<Tensor> {
+                          [logits, labels, probs, label_smoothing, bad](const Tensor& gloss) -> std::vector<Tensor> {
       Tensor g = like(logits);
-      // The incoming gradient is the loss scale (or 1); the GPU reads it where it lies.
-      ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy backward", T,
-                                                 kcu::cross_entropy_backward<T, float>(
-                                                     logits.dim(0), logits.dim(1), probs.data<float>(),
-                                                     labels.data<int32_t>(), static_cast<float>(label_smoothing),
-                                                     gloss.data<float>(), g.data<T>(), cuda_stream())))
+      // The incoming gradient is the loss scale (or 1); the GPU reads it where it lies, from
+      // a copy made NaN when the forward counted bad labels.
+      ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy backward", T, {
+        Tensor g_in = gloss.clone();
+        kcu::nan_if_flagged(g_in.data<float>(), bad.data<int32_t>(), cuda_stream());
+        kcu::cross_entropy_backward<T, float>(logits.dim(0), logits.dim(1), probs.data<float>(),
+                                              labels.data<int32_t>(), static_cast<float>(label_smoothing),
+                                              g_in.data<float>(), g.data<T>(), cuda_stream());
+      }))
       {
         const double gscalar = gloss.item();
         ENGINE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", T, {

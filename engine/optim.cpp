@@ -104,6 +104,8 @@ double Optimizer::grad_sq_norm(double inv_scale) const {
 }
 
 void Optimizer::apply(double inv_scale) {
+  ENGINE_CHECK(!on_cuda(), "optimizer: apply() is the CPU path; CUDA parameters step through step() or the loss "
+                           "scaler (one fused launch)");
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i]->grad();
     if (g.defined()) update(i, *params_[i], g, inv_scale);

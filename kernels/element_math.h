@@ -14,11 +14,11 @@ template <class A> ENGINE_HD A relu_bwd(A x, A gy) { return x > A(0) ? gy : A(0)
 
 // GELU with the exact erf form (PyTorch's default nn.GELU()).
 template <class A> ENGINE_HD A gelu_fwd(A x) {
-  return A(0.5) * x * (A(1) + erf(x * A(0.70710678118654752440)));
+  return A(0.5) * x * (A(1) + erf_of(x * A(0.70710678118654752440)));
 }
 template <class A> ENGINE_HD A gelu_bwd(A x, A gy) {
-  const A cdf = A(0.5) * (A(1) + erf(x * A(0.70710678118654752440)));
-  const A pdf = exp(A(-0.5) * x * x) * A(0.39894228040143267794);  // 1/sqrt(2 pi)
+  const A cdf = A(0.5) * (A(1) + erf_of(x * A(0.70710678118654752440)));
+  const A pdf = exp_of(A(-0.5) * x * x) * A(0.39894228040143267794);  // 1/sqrt(2 pi)
   return gy * (cdf + x * pdf);
 }
 

@@ -57,10 +57,10 @@ inline constexpr float kBf16Max = 3.38953138925153547590470800371487867e+38f;  /
 inline constexpr float kBf16MinNormal = 1.17549435082228750796873653722224568e-38f;  // 2^-126
 inline constexpr float kBf16MinSubnormal = 9.18354961579912115600575419704879436e-41f;  // 2^-133
 
-// On x86 hosts with F16C (any -march from Haswell/Zen on) the CPU converts in hardware with
-// the same round-to-nearest-even; the bit-manipulation versions below are the reference
-// (and what device code and other hosts run). test_numeric checks both paths on every
-// bit pattern, whichever one this build uses.
+// The bit-manipulation versions below are the reference (and what device code runs). On x86
+// hosts with F16C (any -march from Haswell/Zen on) single values convert in hardware, and
+// loops that vectorise use the branch-free forms. test_numeric checks all of them on every
+// half bit pattern and every rounding midpoint, and against cuda_fp16.h when it is there.
 // ---- FP16 <-> FP32 --------------------------------------------------------------------------
 
 // Exact widening. A NaN keeps its payload and gets the quiet bit, as hardware converts.
@@ -115,10 +115,55 @@ ENGINE_HD uint16_t float_to_half_bits_soft(float f) {
   return static_cast<uint16_t>(sign | q);
 }
 
-// The conversions everything uses: F16C instructions on x86 hosts that have them, the
-// bit manipulation above everywhere else (device code included).
+// The same two conversions without branches: every case is computed and the answer picked
+// with bit masks, so a compiler turns a loop of them into SIMD code (F16C's scalar
+// instructions keep a loop scalar). Alone they cost more than F16C's one instruction, so
+// they are for loops that vectorise (load_simd/store_simd).
+ENGINE_HD uint32_t select_bits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
+ENGINE_HD float half_bits_to_float_simd(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;
+  const uint32_t normal = (em << 13) + (112u << 23);  // rebias 15 -> 127
+  // Subnormal m * 2^-24: the integer m converted and scaled, exact (no float subnormal
+  // is ever formed, so DAZ/FTZ modes cannot change it).
+  const uint32_t sub = float_bits(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
+  const uint32_t special = 0x7f800000u | (em << 13) | select_bits((em & 0x3ffu) != 0, 0x400000u, 0u);
+  return bits_float(sign | select_bits(em >= 0x7c00u, special, select_bits(em < 0x400u, sub, normal)));
+}
+
+ENGINE_HD uint16_t float_to_half_bits_simd(float f) {
+  const uint32_t x = float_bits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  const uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+  const uint32_t normal = (ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13;
+  // Below 2^-14: adding 0.5 (whose ulp is 2^-24) rounds |f| to the subnormal grid with the
+  // FPU's round-to-nearest-even; the mantissa bits of the sum are the subnormal half.
+  const uint32_t sub = float_bits(bits_float(ax) + 0.5f) - 0x3f000000u;
+  const uint32_t r = select_bits(ax > 0x7f800000u, nan,
+                                 select_bits(ax >= 0x477ff000u, 0x7c00u, select_bits(ax >= 0x38800000u, normal, sub)));
+  return static_cast<uint16_t>(sign | r);
+}
+
+// The conversions everything uses: F16C instructions on x86 hosts that have them (one
+// instruction each, the fastest choice where a value is converted on its own), the
+// hardware's cvt on the GPU, the bit manipulation above elsewhere. Loops meant to vectorise
+// on the host use load_simd/store_simd below instead. Every path gives the same bits: cvt
+// and F16C round to nearest even and are exact on widening; NaNs, whose payload rules vary
+// between instructions, are patched on the GPU to the reference's (payload kept, quiet bit set).
 ENGINE_HD float half_bits_to_float(uint16_t h) {
-#if defined(KERNELS_HOST_F16C) && !defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  const bool nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u;
+  return nan ? bits_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7fc00000u |
+                          (static_cast<uint32_t>(h & 0x3ffu) << 13))
+             : f;
+#elif defined(KERNELS_HOST_F16C)
   return _cvtsh_ss(h);
 #else
   return half_bits_to_float_soft(h);
@@ -126,7 +171,12 @@ ENGINE_HD float half_bits_to_float(uint16_t h) {
 }
 
 ENGINE_HD uint16_t float_to_half_bits(float f) {
-#if defined(KERNELS_HOST_F16C) && !defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__)
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  const uint32_t x = float_bits(f), ax = x & 0x7fffffffu;
+  return ax > 0x7f800000u ? static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u | ((ax >> 13) & 0x3ffu)) : h;
+#elif defined(KERNELS_HOST_F16C)
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #else
   return float_to_half_bits_soft(f);
@@ -265,6 +315,20 @@ using acc_t = typename acc_type<T>::type;
 template <class T>
 ENGINE_HD T from_acc(acc_t<T> v) {
   return static_cast<T>(v);
+}
+
+// Widening load and rounding store for loops meant to vectorise: FP16 through the
+// branch-free conversions, every other type as acc_t<T>(v) and from_acc<T>(v). The same
+// bits either way; only the code the compiler can make of a loop differs.
+template <class T>
+ENGINE_HD acc_t<T> load_simd(T v) {
+  if constexpr (std::is_same<T, half>::value) return half_bits_to_float_simd(v.bits);
+  else return static_cast<acc_t<T>>(v);
+}
+template <class T>
+ENGINE_HD T store_simd(acc_t<T> v) {
+  if constexpr (std::is_same<T, half>::value) return half::from_bits(float_to_half_bits_simd(v));
+  else return from_acc<T>(v);
 }
 
 }  // namespace kernels

@@ -41,7 +41,7 @@ template <class P> ENGINE_HD void adam_update(P& w, P g, P& m, P& v, const AdamC
   // 1 - beta in double, then rounded: 1 - float(0.999) would be off by 1.3e-5 relative.
   m = P(c.beta1) * m + P(1.0 - c.beta1) * g;
   v = P(c.beta2) * v + P(1.0 - c.beta2) * g * g;
-  const P denom = sqrt(v / P(c.bias_correction2)) + P(c.eps);
+  const P denom = sqrt_of(v / P(c.bias_correction2)) + P(c.eps);
   w -= P(c.lr) * (m / P(c.bias_correction1)) / denom;
 }
 

@@ -450,11 +450,14 @@ int run(const Config& cfg) {
       ++step;
       epoch_images += b;
       const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
-      if (log_now || tty) {  // reading the loss is a host sync on a GPU: only when printed
+      // The live progress line on a terminal, ten times per log interval: reading the loss
+      // and scale is a host sync on a GPU, so never on every step.
+      const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
+      if (log_now || progress) {
         const double l = loss.item();
         loss_sum += l;
         ++loss_count;
-        if (tty)
+        if (progress)
           std::fprintf(stderr, "\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  scale %g  ", static_cast<long long>(epoch + 1),
                        static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
                        static_cast<long long>(steps_per_epoch), l, scaler.current_scale());

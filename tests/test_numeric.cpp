@@ -306,6 +306,28 @@ TEST_CASE("half: the bit-manipulation reference agrees with the conversions in u
   check_float_rounding(kHalfFmt, kernels::float_to_half_bits_soft, random_floats(1 << 20, 777));
 }
 
+TEST_CASE("half: the branch-free (SIMD) conversions agree on every pattern and midpoint", "[numeric]") {
+  // What vectorised CPU loops use (load_simd/store_simd): widening on all 65,536 patterns
+  // bit for bit (NaNs included: same payload, quiet bit set), narrowing on every rounding
+  // probe, on random floats and densely across the half range.
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const uint16_t b = static_cast<uint16_t>(h);
+    REQUIRE(kernels::float_bits(kernels::half_bits_to_float_simd(b)) ==
+            kernels::float_bits(kernels::half_bits_to_float_soft(b)));
+    REQUIRE(kernels::float_bits(kernels::load_simd(kernels::half::from_bits(b))) ==
+            kernels::float_bits(kernels::half_bits_to_float_soft(b)));
+  }
+  check_float_rounding(kHalfFmt, kernels::float_to_half_bits_simd, rounding_probes(kHalfFmt));
+  check_float_rounding(kHalfFmt, kernels::float_to_half_bits_simd, random_floats(1 << 20, 4242));
+  std::vector<float> dense;
+  for (uint32_t x = 0x33000000u; x < 0x47800000u; x += 89) dense.push_back(float_from_bits(x));
+  check_float_rounding(kHalfFmt, kernels::float_to_half_bits_simd, dense);
+  // NaN payloads and signs narrow exactly as the reference does.
+  for (uint32_t x : {0x7f800001u, 0x7fc00000u, 0xffbfffffu, 0x7f802000u, 0xff800000u, 0x7f800000u})
+    CHECK(kernels::float_to_half_bits_simd(float_from_bits(x)) == kernels::float_to_half_bits_soft(float_from_bits(x)));
+  CHECK(kernels::store_simd<kernels::half>(1.0f + 0x1p-11f).bits == 0x3c00);  // tie -> even
+}
+
 TEST_CASE("half: double rounding is done once", "[numeric]") {
   // 1 + 2^-11 + 2^-40 is above the tie; via float it would become the tie and go to 1.0.
   const double d = 1.0 + 0x1p-11 + 0x1p-40;

@@ -23,7 +23,7 @@ void apply_affine_rows(int64_t rows, int64_t c, const T* x, const P* mean, const
   }
 #pragma omp parallel for if (rows * c > (1 << 15))
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t ch = 0; ch < c; ++ch) y[r * c + ch] = from_acc<T>(P(x[r * c + ch]) * a[ch] + b[ch]);
+    for (int64_t ch = 0; ch < c; ++ch) y[r * c + ch] = store_simd<T>(load_simd(x[r * c + ch]) * a[ch] + b[ch]);
 }
 
 namespace detail {
@@ -58,13 +58,13 @@ void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma
   std::vector<P> sum(static_cast<size_t>(c)), sq(static_cast<size_t>(c));
   detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
     const T* xr = x + r * c;
-    for (int64_t ch = 0; ch < c; ++ch) acc[ch] += P(xr[ch]);
+    for (int64_t ch = 0; ch < c; ++ch) acc[ch] += load_simd(xr[ch]);
   }, sum.data());
   for (int64_t ch = 0; ch < c; ++ch) save_mean[ch] = sum[ch] / P(rows);
   detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
     const T* xr = x + r * c;
     for (int64_t ch = 0; ch < c; ++ch) {
-      const P d = P(xr[ch]) - save_mean[ch];
+      const P d = load_simd(xr[ch]) - save_mean[ch];
       acc[ch] += d * d;
     }
   }, sq.data());
@@ -99,9 +99,9 @@ void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const 
   detail::column_sums<P>(rows, c, 2, [&](int64_t r, P* acc) {
     const T *xr = x + r * c, *gr = gy + r * c;
     for (int64_t ch = 0; ch < c; ++ch) {
-      const P g = P(gr[ch]);
+      const P g = load_simd(gr[ch]);
       acc[ch] += g;
-      acc[c + ch] += g * (P(xr[ch]) - mean[ch]) * invstd[ch];
+      acc[c + ch] += g * (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
     }
   }, sums.data());
   const P* dbeta = sums.data();
@@ -119,13 +119,13 @@ void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const 
       const T *xr = x + r * c, *gr = gy + r * c;
       T* out = gx + r * c;
       for (int64_t ch = 0; ch < c; ++ch) {
-        const P g = P(gr[ch]);
+        const P g = load_simd(gr[ch]);
         P v = g;
         if (training) {
-          const P xhat = (P(xr[ch]) - mean[ch]) * invstd[ch];
+          const P xhat = (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
           v = g - db[ch] - xhat * dg[ch];
         }
-        out[ch] = from_acc<T>(k[ch] * v);
+        out[ch] = store_simd<T>(k[ch] * v);
       }
     }
   }

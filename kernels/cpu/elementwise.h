@@ -1,5 +1,6 @@
 // CPU reference element-wise kernels over raw pointers, templated over the storage type T:
-// math in acc_t<T>, one rounding on store (as the GPU does).
+// math in acc_t<T>, one rounding on store (as the GPU does). Loads and stores go through
+// load_simd/store_simd so the loops vectorise for FP16 too.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 template <class T> void relu_forward(const T* x, T* y, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(relu_fwd<acc_t<T>>(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(relu_fwd<acc_t<T>>(load_simd(x[i])));
 }
 template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)
@@ -25,8 +26,8 @@ template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n)
       // relu_bwd as a bit mask: compilers otherwise branch on the sign of x, and skip
       // widening gy when it is negative, which random data makes unpredictable (5x slower
       // for FP16). Same results: gy where x > 0, else +0 (also for a NaN/inf gy).
-      const uint32_t keep = static_cast<float>(x[i]) > 0.0f ? 0xFFFFFFFFu : 0u;
-      gx[i] = from_acc<T>(bits_float(float_bits(static_cast<float>(gy[i])) & keep));
+      const uint32_t keep = load_simd(x[i]) > 0.0f ? 0xFFFFFFFFu : 0u;
+      gx[i] = store_simd<T>(bits_float(float_bits(load_simd(gy[i])) & keep));
     } else {
       gx[i] = from_acc<T>(relu_bwd<acc_t<T>>(x[i], gy[i]));
     }
@@ -43,18 +44,24 @@ template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n)
 // y = a + b
 template <class T> void add(const T* a, const T* b, T* y, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(acc_t<T>(a[i]) + acc_t<T>(b[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(load_simd(a[i]) + load_simd(b[i]));
 }
 // y = s * x
 template <class T> void scale(const T* x, double s, T* y, int64_t n) {
   const acc_t<T> sa = static_cast<acc_t<T>>(s);
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(sa * acc_t<T>(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(sa * load_simd(x[i]));
 }
 // Conversion between storage types through float (double when either side is double).
 template <class From, class To> void cast(const From* x, To* y, int64_t n) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = convert<To>(x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    // The two casts of every FP16 step (masters to compute copies, gradients back) take
+    // the vectorising forms; the rest go through convert's one correct rounding.
+    if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) y[i] = store_simd<half>(x[i]);
+    else if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) y[i] = load_simd(x[i]);
+    else y[i] = convert<To>(x[i]);
+  }
 }
 // y = x * keep(i) / (1 - p); the same function serves forward and backward.
 template <class T> void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream) {

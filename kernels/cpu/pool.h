@@ -41,14 +41,14 @@ template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y
               const int32_t at = static_cast<int32_t>(ih * s.w + iw);
               if (first) {
                 for (int64_t ch = 0; ch < s.c; ++ch) {
-                  best[ch] = static_cast<float>(tap[ch]);
+                  best[ch] = static_cast<float>(load_simd(tap[ch]));
                   best_at[ch] = at;
                 }
                 first = false;
                 continue;
               }
               for (int64_t ch = 0; ch < s.c; ++ch) {
-                const float v = static_cast<float>(tap[ch]);
+                const float v = static_cast<float>(load_simd(tap[ch]));
                 // Strictly greater keeps the first of equal values; a NaN wins and stays.
                 const bool take = v > best[ch] || (v != v && best[ch] == best[ch]);
                 best[ch] = take ? v : best[ch];

@@ -233,14 +233,23 @@ cudnnStatus_t run(Dir dir, cudnnHandle_t h, const Descs& d, int algo, void* ws, 
 
 // ---- the algorithm cache --------------------------------------------------------------------
 
+// align: the smallest alignment of the three buffers (capped at 16 bytes): an algorithm
+// chosen for aligned buffers may refuse a view at an odd offset.
 struct Key {
-  int dir, dt, tf32, search;
+  int dir, dt, tf32, search, align;
   int64_t n, h, w, c, k, r, s, stride, pad;
   bool operator<(const Key& o) const {
-    return std::tie(dir, dt, tf32, search, n, h, w, c, k, r, s, stride, pad) <
-           std::tie(o.dir, o.dt, o.tf32, o.search, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.stride, o.pad);
+    return std::tie(dir, dt, tf32, search, align, n, h, w, c, k, r, s, stride, pad) <
+           std::tie(o.dir, o.dt, o.tf32, o.search, o.align, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.stride, o.pad);
   }
 };
+
+int buffer_alignment(const void* a, const void* b, const void* c) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c);
+  int al = 1;
+  while (al < 16 && (bits & static_cast<uintptr_t>(al)) == 0) al <<= 1;
+  return al;
+}
 struct Choice {
   int algo;
   cudnnMathType_t math;
@@ -269,14 +278,15 @@ void conv_op(Dir dir, const ConvDims& dims, cudnnDataType_t dt, const void* in0,
   const ConvAlgoSearch search = conv_algo_search();
   Descs d(dims, dt);
   const Key key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search),
-                dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad};
+                buffer_alignment(in0, in1, out), dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s,
+                dims.stride, dims.pad};
 
   auto it = g_cache.find(key);
   if (it != g_cache.end()) {
     CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, it->second.math));
     Workspace ws(it->second.ws);
-    CHECK_CUDNN(run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out));
-    return;
+    if (run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out) == CUDNN_STATUS_SUCCESS) return;
+    g_cache.erase(it);  // refused this time (nothing ran): choose again below
   }
 
   // First time for this key: collect candidates, then try them in order. The descriptor's

@@ -25,7 +25,9 @@ struct ConvDims {
 
 bool cudnn_available();  // this build links cuDNN (otherwise every conv call throws)
 
-// y[N,OH,OW,K] = conv(x, w) (+ bias[K] when non-null).
+// y[N,OH,OW,K] = conv(x, w) (+ bias[K] when non-null). The bias is added by a second kernel,
+// so FP16/BF16 outputs with a bias are rounded twice (as PyTorch's cuDNN path does); the CPU
+// twin rounds once.
 template <class T>
 void conv2d_forward(const ConvDims& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream);
 // gx[N,H,W,C] = the gradient with respect to the input.

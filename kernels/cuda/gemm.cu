@@ -158,9 +158,10 @@ bool lt_matmul(const LtProblem& p, cudaStream_t stream) {
             break;
           }
         }
-      } else if (st != CUBLAS_STATUS_NOT_SUPPORTED || p.epi == CUBLASLT_EPILOGUE_DEFAULT) {
-        CHECK_CUBLAS(st);  // a real error (or no algorithm for a plain product): report it
+      } else if (p.epi == CUBLASLT_EPILOGUE_DEFAULT) {
+        CHECK_CUBLAS(st);  // no algorithm for a plain product: report it
       }
+      // A fused epilogue the library refuses, with whatever status: the caller falls back.
       g_cache.emplace(key, choice);
     }
   }
@@ -171,8 +172,15 @@ bool lt_matmul(const LtProblem& p, cudaStream_t stream) {
     return false;
   }
   Workspace ws(choice.workspace);
-  CHECK_CUBLAS(cublasLtMatmul(h, desc.d, &p.alpha, p.a, la.d, p.b, lb.d, &p.beta, p.c, lc.d, p.c, lc.d,
-                              &choice.algo, ws.get(), ws.size(), stream));
+  const cublasStatus_t run = cublasLtMatmul(h, desc.d, &p.alpha, p.a, la.d, p.b, lb.d, &p.beta, p.c, lc.d, p.c,
+                                            lc.d, &choice.algo, ws.get(), ws.size(), stream);
+  if (run != CUBLAS_STATUS_SUCCESS && p.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    // Refused at launch (nothing ran): remember that, and let the caller use its fallback.
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_cache[key].found = false;
+    return false;
+  }
+  CHECK_CUBLAS(run);
   return true;
 }
 

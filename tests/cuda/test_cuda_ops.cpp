@@ -189,6 +189,43 @@ TEST_CASE("cast between every pair of float types matches convert<To> bit for bi
   from_all(bfloat16{});
 }
 
+TEST_CASE("FP16 conversions on the device: all 65,536 patterns and every rounding midpoint", "[cuda]") {
+  // The GPU converts with cvt and patches NaNs (kernels/numeric.h); the bit-manipulation
+  // reference defines the answer on every input, NaN payloads included.
+  std::vector<half> all(65536);
+  std::vector<float> widened(65536);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    all[b] = half::from_bits(static_cast<uint16_t>(b));
+    widened[b] = kernels::half_bits_to_float_soft(static_cast<uint16_t>(b));
+  }
+  DeviceBuffer<half> dh(all);
+  DeviceBuffer<float> df(all.size());
+  kg::cast(dh.get(), df.get(), static_cast<int64_t>(all.size()), stream());
+  expect_bits_equal(df.download(), widened, "half -> float");
+
+  // Narrowing: every finite half, the midpoint to its neighbour and one float ulp either
+  // side of it (ties to even), both signs; plus overflow, float subnormals, NaN payloads.
+  std::vector<float> probes;
+  for (uint32_t b = 0; b < 0x7c00u; ++b) {
+    const float v = kernels::half_bits_to_float_soft(static_cast<uint16_t>(b));
+    const float next = kernels::half_bits_to_float_soft(static_cast<uint16_t>(b + 1));
+    const float mid = v + (next - v) / 2;  // exact: floats carry 13 more bits than halves
+    for (float p : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+      probes.push_back(p);
+      probes.push_back(-p);
+    }
+  }
+  for (uint32_t bits : {0x477fefffu, 0x477ff000u, 0x7f7fffffu, 0x7f800000u, 0x00000001u, 0x007fffffu, 0x7f800001u,
+                        0x7fc00000u, 0x7fbfe000u, 0xffc12345u, 0x7f802000u})
+    probes.push_back(kernels::bits_float(bits));
+  std::vector<half> narrowed(probes.size());
+  for (size_t i = 0; i < probes.size(); ++i) narrowed[i] = half::from_bits(kernels::float_to_half_bits_soft(probes[i]));
+  DeviceBuffer<float> dp(probes);
+  DeviceBuffer<half> dn(probes.size());
+  kg::cast(dp.get(), dn.get(), static_cast<int64_t>(probes.size()), stream());
+  expect_bits_equal(dn.download(), narrowed, "float -> half");
+}
+
 TEMPLATE_TEST_CASE("all_finite sets the flag on inf or NaN and never clears it", "[cuda]", float, half, bfloat16,
                    double) {
   using T = TestType;

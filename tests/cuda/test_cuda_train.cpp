@@ -68,19 +68,42 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 }  // namespace
 
+// Adam moves a weight by about lr whatever the size of its gradient, so a gradient that is
+// zero up to rounding (or near eps) can step +lr on one device and -lr on the other when the
+// two sum in different orders: such weights may differ by up to 2 * lr per step. They are few;
+// every other weight must agree to the dtype's tolerance.
+static void check_adam_weights(const std::vector<double>& cpu, const std::vector<double>& gpu, double tol, double lr,
+                               int steps) {
+  REQUIRE(cpu.size() == gpu.size());
+  double scale = 1e-30, worst = 0;
+  size_t beyond = 0;
+  for (double v : cpu) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = std::fabs(cpu[i] - gpu[i]);
+    worst = std::max(worst, d);
+    beyond += d > tol * scale;
+  }
+  INFO(beyond << " of " << cpu.size() << " weights beyond " << tol << " of the largest; worst difference " << worst);
+  CHECK(beyond <= cpu.size() / 1000);
+  CHECK(worst <= 2 * lr * steps + tol * scale);
+}
+
 TEST_CASE("simplecnn training steps on CUDA match the CPU", "[cuda]") {
   struct Case { DType dt; bool adam, scaled; double tol; };
-  // FP32: both sides accumulate in FP32 (TF32 off): differences stay near 1e-6 of the weights.
-  // FP16: both round activations to FP16 at the same points, but a one-ulp difference
-  // (2^-11) in an activation can propagate, so the bound is a few FP16 ulps.
+  // FP32: both sides accumulate in FP32 (TF32 off): SGD weights agree to about 1e-7 of the
+  // largest. FP16/BF16: activations are rounded at nearly the same points (the GPU rounds a
+  // biased convolution twice, cuDNN's output and then the bias add, as PyTorch's cuDNN path
+  // does; the CPU once), and a one-ulp difference can propagate, so the bound is a few ulps.
   for (Case c : {Case{DType::F32, false, false, 1e-5}, Case{DType::F32, true, false, 1e-5},
-                 Case{DType::F16, true, true, 5e-3}, Case{DType::BF16, false, false, 2e-2}}) {
+                 Case{DType::F16, true, true, 5e-3}, Case{DType::F16, false, true, 5e-3},
+                 Case{DType::BF16, false, false, 2e-2}}) {
     INFO("dtype " << engine::dtype_name(c.dt) << (c.adam ? " adam" : " sgd") << (c.scaled ? " scaled" : ""));
     const Run cpu = train_steps(engine::Device::cpu(), c.dt, c.adam, c.scaled);
     const Run gpu = train_steps(engine::Device::cuda(0), c.dt, c.adam, c.scaled);
     CHECK(std::isfinite(gpu.loss));
     CHECK(gpu.loss == Approx(cpu.loss).epsilon(c.tol));
-    CHECK(max_rel_diff(cpu.weights, gpu.weights) <= c.tol);
+    if (c.adam) check_adam_weights(cpu.weights, gpu.weights, c.tol, 1e-3, 2);
+    else CHECK(max_rel_diff(cpu.weights, gpu.weights) <= c.tol);
   }
 }
 
