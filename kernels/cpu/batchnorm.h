@@ -114,18 +114,23 @@ void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const 
       db[ch] = dbeta[ch] / P(rows);
       dg[ch] = dgamma[ch] / P(rows);
     }
+    // Two loops rather than a test inside one: a branch in the body keeps it from vectorising.
+    if (training) {
 #pragma omp parallel for if (rows * c > (1 << 15))
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x + r * c, *gr = gy + r * c;
-      T* out = gx + r * c;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const P g = load_simd(gr[ch]);
-        P v = g;
-        if (training) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *xr = x + r * c, *gr = gy + r * c;
+        T* out = gx + r * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
           const P xhat = (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
-          v = g - db[ch] - xhat * dg[ch];
+          out[ch] = store_simd<T>(k[ch] * (load_simd(gr[ch]) - db[ch] - xhat * dg[ch]));
         }
-        out[ch] = store_simd<T>(k[ch] * v);
+      }
+    } else {
+#pragma omp parallel for if (rows * c > (1 << 15))
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* gr = gy + r * c;
+        T* out = gx + r * c;
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] = store_simd<T>(k[ch] * load_simd(gr[ch]));
       }
     }
   }
