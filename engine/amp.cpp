@@ -9,6 +9,7 @@
 
 #ifdef ENGINE_WITH_CUDA
 #include "kernels/cuda/data.h"
+#include "kernels/cuda/optim.h"
 #endif
 
 namespace engine {
@@ -83,6 +84,7 @@ LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config
 
 struct LossScaler::DeviceState {
   Tensor scale, inv_scale, found_inf, tracker, skipped, consecutive;
+  Tensor sq_sum, norm, clipped_inv_scale;  // gradient clipping (created on first use)
 };
 
 void LossScaler::ensure_device(Device d) const {
@@ -143,6 +145,7 @@ void LossScaler::unscale(Optimizer& opt) {
   ENGINE_CHECK(stage_ != Stage::Unscaled, "loss scaler: unscale() has already been called since the last update()");
   ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: unscale() called after step(); call update() first");
   clip_coef_ = 1.0;
+  clipped_on_device_ = false;
   stage_ = Stage::Unscaled;
   if (opt.on_cuda()) {
 #ifdef ENGINE_WITH_CUDA
@@ -160,11 +163,30 @@ void LossScaler::unscale(Optimizer& opt) {
 
 double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
   ENGINE_CHECK(max_norm > 0, "clip_grad_norm: max norm " << max_norm << " must be positive");
-  ENGINE_CHECK(!opt.on_cuda(), "clip_grad_norm: not implemented for CUDA parameters yet");
   if (stage_ == Stage::Ready) unscale(opt);
   ENGINE_CHECK(stage_ == Stage::Unscaled, "clip_grad_norm: call it between unscale() and step()");
-  if (found_inf_) return std::numeric_limits<double>::infinity();
+  if (opt.on_cuda()) {
+#ifdef ENGINE_WITH_CUDA
+    // Two multi-tensor launches and a one-thread kernel: the norm and the clipped 1/scale stay
+    // on the device and step() uses the latter. (An overflowed step is skipped by the found-inf
+    // flag whatever the norm says.)
+    const Device d = opt.params()[0]->master.device();
+    if (!dev_->sq_sum.defined()) {
+      MemKindScope kind(MemKind::OptimizerState);
+      dev_->sq_sum = Tensor::zeros({1}, DType::F64, d);
+      dev_->norm = Tensor::zeros({1}, DType::F64, d);
+      dev_->clipped_inv_scale = Tensor::full({1}, 1.0, DType::F32, d);
+    }
+    opt.grad_sq_norm_device(dev_->inv_scale.data<float>(), dev_->sq_sum.data<double>());
+    kernels::cuda::clip_scale(dev_->sq_sum.data<double>(), max_norm, dev_->inv_scale.data<float>(),
+                              dev_->norm.data<double>(), dev_->clipped_inv_scale.data<float>(), cuda_stream());
+    clipped_on_device_ = true;
+#endif
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  if (found_inf_) return last_norm_ = std::numeric_limits<double>::infinity();
   const double norm = std::sqrt(opt.grad_sq_norm(inv_scale_));
+  last_norm_ = norm;
   if (!std::isfinite(norm)) {  // finite gradients whose squares overflow FP64 cannot happen; be safe
     found_inf_ = true;
     return norm;
@@ -174,6 +196,11 @@ double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
   return norm;
 }
 
+double LossScaler::last_grad_norm() const {
+  if (dev_ && dev_->norm.defined()) return dev_->norm.item();
+  return last_norm_;
+}
+
 bool LossScaler::step(Optimizer& opt) {
   ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: step() has already been called since the last update()");
   if (stage_ == Stage::Ready) unscale(opt);
@@ -181,7 +208,8 @@ bool LossScaler::step(Optimizer& opt) {
   if (dev_ && opt.on_cuda()) {
     // Queued: the kernels skip the update themselves when the flag is set; the return value
     // would need a host wait, so it only says the step was issued (found_inf() tells).
-    opt.apply_device(dev_->inv_scale.data<float>(), dev_->found_inf.data<int32_t>());
+    const Tensor& inv = clipped_on_device_ ? dev_->clipped_inv_scale : dev_->inv_scale;
+    opt.apply_device(inv.data<float>(), dev_->found_inf.data<int32_t>());
     return true;
   }
   if (found_inf_) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -50,7 +51,11 @@ class LossScaler {
   void unscale(Optimizer& opt);
   // Global L2 norm of the unscaled gradients (after unscale); scales the coming update
   // so the norm is at most max_norm. Returns the norm before clipping (inf when found_inf).
+  // On a CUDA device the norm stays in device memory (no host wait) and this returns NaN;
+  // last_grad_norm() reads it.
   double clip_grad_norm(Optimizer& opt, double max_norm);
+  // The norm the last clip_grad_norm computed (NaN before any); on CUDA a host wait.
+  double last_grad_norm() const;
   // Unscales if not yet done; skips the whole update when any gradient overflowed,
   // otherwise runs opt.step(inv_scale). Returns true when the update was applied.
   bool step(Optimizer& opt);
@@ -85,6 +90,8 @@ class LossScaler {
   double scale_;
   double inv_scale_ = 1.0;
   double clip_coef_ = 1.0;
+  double last_norm_ = std::numeric_limits<double>::quiet_NaN();
+  bool clipped_on_device_ = false;  // this step's update uses the device's clipped 1/scale
   bool found_inf_ = false;
   int64_t growth_tracker_ = 0, skipped_steps_ = 0, consecutive_skips_ = 0;
   Stage stage_ = Stage::Ready;

@@ -147,7 +147,7 @@ static const kernels::cuda::MultiTensorPlan& device_plan(Optimizer::DeviceState&
 
 void Optimizer::check_finite_device(int* found_inf) {
 #ifdef ENGINE_WITH_CUDA
-  apply_or_check(found_inf, nullptr, true);
+  device_op(DeviceOp::CheckFinite, found_inf, nullptr, nullptr);
 #else
   (void)found_inf;
   ENGINE_FAIL("optimizer: this build has no CUDA backend");
@@ -156,7 +156,7 @@ void Optimizer::check_finite_device(int* found_inf) {
 
 void Optimizer::apply_device(const float* inv_scale, const int* found_inf) {
 #ifdef ENGINE_WITH_CUDA
-  apply_or_check(const_cast<int*>(found_inf), inv_scale, false);
+  device_op(DeviceOp::Apply, const_cast<int*>(found_inf), inv_scale, nullptr);
 #else
   (void)inv_scale;
   (void)found_inf;
@@ -164,8 +164,18 @@ void Optimizer::apply_device(const float* inv_scale, const int* found_inf) {
 #endif
 }
 
+void Optimizer::grad_sq_norm_device(const float* inv_scale, double* sq_sum) {
 #ifdef ENGINE_WITH_CUDA
-void Optimizer::apply_or_check(int* found_inf, const float* inv_scale, bool check_only) {
+  device_op(DeviceOp::SquaredNorm, nullptr, inv_scale, sq_sum);
+#else
+  (void)inv_scale;
+  (void)sq_sum;
+  ENGINE_FAIL("optimizer: this build has no CUDA backend");
+#endif
+}
+
+#ifdef ENGINE_WITH_CUDA
+void Optimizer::device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum) {
   ENGINE_CHECK(on_cuda(), "optimizer: the device step needs parameters on a CUDA device");
   const Device d = params_[0]->master.device();
   if (!dev_) dev_ = std::make_shared<DeviceState>();
@@ -197,8 +207,12 @@ void Optimizer::apply_or_check(int* found_inf, const float* inv_scale, bool chec
   }
   const auto& plan = device_plan(*dev_, slots);
   const auto stream = kernels::cuda::default_stream();
-  if (check_only) {
+  if (op == DeviceOp::CheckFinite) {
     kernels::cuda::multi_all_finite(plan, found_inf, stream);
+    return;
+  }
+  if (op == DeviceOp::SquaredNorm) {
+    kernels::cuda::multi_grad_sq_norm(plan, inv_scale, sq_sum, stream);
     return;
   }
   const int64_t* step = dev_->step.data<int64_t>();

@@ -30,6 +30,8 @@ class Optimizer {
   // update is skipped on the device when *found_inf is set.
   void check_finite_device(int* found_inf);
   void apply_device(const float* inv_scale, const int* found_inf);
+  // *sq_sum (device FP64) = grad_sq_norm(*inv_scale), for clipping on the device.
+  void grad_sq_norm_device(const float* inv_scale, double* sq_sum);
   bool on_cuda() const;
   void zero_grad();
   int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
@@ -51,7 +53,8 @@ class Optimizer {
   virtual void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) = 0;
   void sync_steps_to_device();
 #ifdef ENGINE_WITH_CUDA
-  void apply_or_check(int* found_inf, const float* inv_scale, bool check_only);
+  enum class DeviceOp { CheckFinite, Apply, SquaredNorm };
+  void device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum);
 #endif
 
   std::vector<ParamPtr> params_;

@@ -49,6 +49,7 @@ struct Config {
   std::string lr_schedule = "constant";
   double warmup = 0.2;              // one-cycle: fraction of steps spent warming up
   double label_smoothing = 0.0;
+  double clip_grad_norm = 0.0;      // 0: no clipping
   bool augment = false;
   double init_scale = 65536.0;
   int64_t growth_interval = 2000;
@@ -89,6 +90,7 @@ Optimisation:
   --weight-decay X        [0]           --label-smoothing X   [0]
   --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) [constant]
   --warmup X              one-cycle warm-up fraction of all steps    [0.2]
+  --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
 Loss scaling (fp16):
   --init-scale X          [65536]       --growth-interval N   [2000]
 Runs:
@@ -121,7 +123,11 @@ Config parse_args(int argc, char** argv) {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end || !std::isfinite(x) || x < lo || (lo_open && x == lo))
-      usage_error(flag + " expects a number " + (lo_open ? "> " : ">= ") + std::to_string(lo) + ", got '" + v + "'");
+    {
+      char bound[32];
+      std::snprintf(bound, sizeof bound, "%g", lo);  // "0", not std::to_string's "0.000000"
+      usage_error(flag + " expects a number " + (lo_open ? "> " : ">= ") + bound + ", got '" + v + "'");
+    }
     return x;
   };
   auto choice = [](const std::string& flag, const std::string& v, std::initializer_list<const char*> ok) {
@@ -146,6 +152,7 @@ Config parse_args(int argc, char** argv) {
   valued["--warmup"] = [&](const std::string& v) { c.warmup = to_double("--warmup", v, 0, false); };
   valued["--label-smoothing"] = [&](const std::string& v) { c.label_smoothing = to_double("--label-smoothing", v, 0, false); };
   valued["--init-scale"] = [&](const std::string& v) { c.init_scale = to_double("--init-scale", v, 0, true); };
+  valued["--clip-grad-norm"] = [&](const std::string& v) { c.clip_grad_norm = to_double("--clip-grad-norm", v, 0, true); };
   valued["--growth-interval"] = [&](const std::string& v) { c.growth_interval = to_int("--growth-interval", v, 1); };
   valued["--seed"] = [&](const std::string& v) { c.seed = static_cast<uint64_t>(to_int("--seed", v, 0)); };
   valued["--checkpoint"] = [&](const std::string& v) { c.checkpoint = v; };
@@ -445,6 +452,9 @@ int run(const Config& cfg) {
         loss = engine::cross_entropy((*model)(x), y, cfg.label_smoothing);
         tape.backward(scaler.scale(loss));
       }
+      // Clipping reads the unscaled gradients (unscale() first, as in PyTorch's AMP recipe);
+      // on a GPU the norm stays on the device.
+      if (cfg.clip_grad_norm > 0) scaler.clip_grad_norm(*opt, cfg.clip_grad_norm);
       scaler.step(*opt);
       scaler.update();
       ++step;
@@ -463,14 +473,19 @@ int run(const Config& cfg) {
                        static_cast<long long>(steps_per_epoch), l, scaler.current_scale());
         if (log_now) {
           if (tty) std::fprintf(stderr, "\r%80s\r", "");
-          std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld\n",
+          const double norm = cfg.clip_grad_norm > 0 ? scaler.last_grad_norm() : 0.0;  // before clipping
+          std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld",
                       static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs),
                       static_cast<long long>(i + 1), static_cast<long long>(steps_per_epoch), l,
                       scaler.current_scale(), static_cast<long long>(scaler.skipped_steps()));
+          if (cfg.clip_grad_norm > 0) std::printf(", Grad norm: %.4g", norm);
+          std::printf("\n");
           std::fflush(stdout);
-          jlog.write("step", {{"step", double(step)}, {"epoch", double(epoch + 1)}, {"loss", l},
-                              {"scale", scaler.current_scale()}, {"skipped", double(scaler.skipped_steps())},
-                              {"lr", opt->lr}});
+          std::vector<std::pair<std::string, double>> fields = {
+              {"step", double(step)}, {"epoch", double(epoch + 1)}, {"loss", l}, {"scale", scaler.current_scale()},
+              {"skipped", double(scaler.skipped_steps())}, {"lr", opt->lr}};
+          if (cfg.clip_grad_norm > 0) fields.push_back({"grad_norm", norm});
+          jlog.write("step", fields);
         }
       }
     }

@@ -188,8 +188,10 @@ TEST_CASE("gradient clipping works on the unscaled gradients", "[amp][scaler]") 
   cfg.init_scale = 1024.0;
   LossScaler scaler(cfg);
   m.set_grad(3.0 * 1024, 4.0 * 1024);  // unscaled gradient (3, 4): norm 5
+  CHECK(std::isnan(scaler.last_grad_norm()));  // nothing computed yet
   scaler.unscale(opt);
   CHECK(scaler.clip_grad_norm(opt, 1.0) == Approx(5.0));
+  CHECK(scaler.last_grad_norm() == Approx(5.0));
   CHECK(scaler.step(opt));
   scaler.update();
   // w - lr * g * (1 / 5): (1, 2) - (0.6, 0.8)

@@ -32,6 +32,16 @@ expect 1 "no CIFAR-10 found in $work/nothing" -- --data "$work/nothing" --device
 expect 1 "bad device 'tpu'" -- --device tpu
 expect 1 "cannot open checkpoint" -- --resume "$work/missing.ckpt" --device cpu --synthetic --synthetic-size 100
 if "$trainer" --help | grep -q -- "--precision P"; then pass "--help lists the flags"; else fail "--help"; fi
+expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
+
+# Gradient clipping: the log line and the JSON log carry the (pre-clipping) global norm.
+out=$("$trainer" --device cpu --synthetic --synthetic-size 300 --batch-size 64 --max-steps 2 --log-every 1 \
+      --clip-grad-norm 0.01 --threads 2 --log "$work/clip.jsonl" 2>/dev/null)
+if grep -q "Grad norm: [0-9]" <<<"$out" && grep -q '"grad_norm":[0-9]' "$work/clip.jsonl"; then
+  pass "--clip-grad-norm logs the gradient norm"
+else
+  fail "--clip-grad-norm: no grad norm in the output or log: $out"
+fi
 
 # Bit-identical resume: 14 steps straight vs 5 steps, stop, resume to 14 (crossing an epoch
 # boundary, with dropout and augmentation in play).

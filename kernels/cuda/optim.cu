@@ -110,6 +110,42 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// One partial per chunk: the sum of (double(g) * inv)^2 over its elements, in FP64.
+__global__ void __launch_bounds__(kBlock)
+    multi_sq_norm_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, const float* inv_scale,
+                         double* partials) {
+  __shared__ double scratch[32];
+  const Chunk ck = chunks[blockIdx.x];
+  const ParamSlot s = slots[ck.slot];
+  const double inv = inv_scale ? static_cast<double>(*inv_scale) : 1.0;
+  const int64_t end = min(ck.begin + chunk, s.n);
+  double sq = 0;
+  for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = static_cast<double>(load_grad(s.grad, s.grad_type, i)) * inv;
+    sq += v * v;
+  }
+  sq = detail::block_sum(sq, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sq;
+}
+
+// The partials summed by one block in a fixed order: thread t takes t, t + blockDim, ...
+__global__ void __launch_bounds__(kBlock) sum_partials_kernel(const double* partials, int64_t n, double* out) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  acc = detail::block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+__global__ void clip_scale_kernel(const double* sq_sum, double max_norm, const float* inv_scale, double* norm,
+                                  float* clipped_inv_scale) {
+  const double n = sqrt(*sq_sum);
+  *norm = n;
+  const double coef = max_norm / (n + 1e-6);  // the CPU's LossScaler::clip_grad_norm
+  const double inv = inv_scale ? static_cast<double>(*inv_scale) : 1.0;
+  *clipped_inv_scale = static_cast<float>(inv * (coef < 1.0 ? coef : 1.0));
+}
+
 __global__ void advance_step_kernel(int64_t* step, const int* found_inf) {
   if (!(found_inf && *found_inf)) ++*step;
 }
@@ -143,6 +179,9 @@ MultiTensorPlan::MultiTensorPlan(const std::vector<ParamSlot>& slots, cudaStream
     d_chunks_ = cuda_allocator().allocate(chunks_bytes_, engine::MemKind::OptimizerState);
     CHECK_CUDA(cudaMemcpyAsync(d_chunks_, table.data(), chunks_bytes_, cudaMemcpyHostToDevice, stream));
   }
+  if (chunks_ > 0)
+    d_partials_ = static_cast<double*>(
+        cuda_allocator().allocate(sizeof(double) * static_cast<size_t>(chunks_), engine::MemKind::OptimizerState));
   // The host vectors die with this constructor: wait until the copies have read them.
   CHECK_CUDA(cudaStreamSynchronize(stream));
 }
@@ -150,6 +189,9 @@ MultiTensorPlan::MultiTensorPlan(const std::vector<ParamSlot>& slots, cudaStream
 MultiTensorPlan::~MultiTensorPlan() {
   if (d_slots_) cuda_allocator().deallocate(d_slots_, slots_bytes_, engine::MemKind::OptimizerState);
   if (d_chunks_) cuda_allocator().deallocate(d_chunks_, chunks_bytes_, engine::MemKind::OptimizerState);
+  if (d_partials_)
+    cuda_allocator().deallocate(d_partials_, sizeof(double) * static_cast<size_t>(chunks_),
+                                engine::MemKind::OptimizerState);
 }
 
 void multi_all_finite(const MultiTensorPlan& plan, int* found_inf, cudaStream_t stream) {
@@ -181,6 +223,26 @@ void multi_adam_step(const MultiTensorPlan& plan, const AdamConfig& cfg, const S
   multi_adam_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
       static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
       MultiTensorPlan::kChunk, cfg, sc);
+  CHECK_LAUNCH();
+}
+
+void multi_grad_sq_norm(const MultiTensorPlan& plan, const float* inv_scale, double* sq_sum, cudaStream_t stream) {
+  if (plan.chunks() == 0) {
+    CHECK_CUDA(cudaMemsetAsync(sq_sum, 0, sizeof(double), stream));
+    return;
+  }
+  multi_sq_norm_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
+      static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
+      MultiTensorPlan::kChunk, inv_scale, plan.device_partials());
+  CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kBlock, 0, stream>>>(plan.device_partials(), plan.chunks(), sq_sum);
+  CHECK_LAUNCH();
+}
+
+void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, double* norm, float* clipped_inv_scale,
+                cudaStream_t stream) {
+  ENGINE_CHECK(max_norm > 0, "clip_scale: max norm " << max_norm << " must be positive");
+  clip_scale_kernel<<<1, 1, 0, stream>>>(sq_sum, max_norm, inv_scale, norm, clipped_inv_scale);
   CHECK_LAUNCH();
 }
 

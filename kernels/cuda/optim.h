@@ -48,17 +48,28 @@ class MultiTensorPlan {
   int64_t elements() const { return elements_; }
   const void* device_slots() const { return d_slots_; }
   const void* device_chunks() const { return d_chunks_; }
+  double* device_partials() const { return d_partials_; }  // one FP64 per chunk (the norm's partial sums)
 
  private:
   std::vector<ParamSlot> host_slots_;
   void* d_slots_ = nullptr;
   void* d_chunks_ = nullptr;
+  double* d_partials_ = nullptr;
   size_t slots_bytes_ = 0, chunks_bytes_ = 0;
   int64_t chunks_ = 0, elements_ = 0;
 };
 
 // Sets *found_inf = 1 when any gradient of the plan holds inf/NaN (never clears it).
 void multi_all_finite(const MultiTensorPlan& plan, int* found_inf, cudaStream_t stream);
+
+// Gradient clipping by global norm, without the host: *sq_sum (device) = the sum over every
+// gradient of (double(g) * *inv_scale)^2, as the CPU's Optimizer::grad_sq_norm, summed per
+// chunk and then over the chunks in order (deterministic). Then clip_scale writes
+// *norm = sqrt(*sq_sum) and *clipped_inv_scale = float(*inv_scale * min(1, max_norm /
+// (norm + 1e-6))), which the fused step then uses as its 1/scale.
+void multi_grad_sq_norm(const MultiTensorPlan& plan, const float* inv_scale, double* sq_sum, cudaStream_t stream);
+void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, double* norm, float* clipped_inv_scale,
+                cudaStream_t stream);
 
 // The device-side step state. Each pointer may be null:
 //   inv_scale: null -> 1;  found_inf: null -> never skip;

@@ -14,12 +14,13 @@ using engine::Tensor;
 namespace {
 
 struct Run {
-  double loss = 0;
+  double loss = 0, grad_norm = 0;
   std::vector<double> weights;
 };
 
-// Two steps of simplecnn on a fixed random batch; dropout masks match across devices.
-Run train_steps(engine::Device device, DType dt, bool adam, bool scaled) {
+// Two steps of simplecnn on a fixed random batch; dropout masks match across devices. With
+// clip > 0 the gradients are clipped to that global norm (the norm of the last step kept).
+Run train_steps(engine::Device device, DType dt, bool adam, bool scaled, double clip = 0) {
   engine::manual_seed(5);
   auto model = models::simplecnn();
   model->set_compute_dtype(dt);
@@ -45,12 +46,14 @@ Run train_steps(engine::Device device, DType dt, bool adam, bool scaled) {
       loss = engine::cross_entropy((*model)(x), y);
       tape.backward(scaler.scale(loss));
     }
+    if (clip > 0) scaler.clip_grad_norm(*opt, clip);
     scaler.step(*opt);
     scaler.update();
     if (s == 0) r.loss = loss.item();
   }
   for (auto& p : model->parameters())
     for (double v : p->master.to_vector()) r.weights.push_back(v);
+  if (clip > 0) r.grad_norm = scaler.last_grad_norm();
   return r;
 }
 
@@ -104,6 +107,24 @@ TEST_CASE("simplecnn training steps on CUDA match the CPU", "[cuda]") {
     CHECK(gpu.loss == Approx(cpu.loss).epsilon(c.tol));
     if (c.adam) check_adam_weights(cpu.weights, gpu.weights, c.tol, 1e-3, 2);
     else CHECK(max_rel_diff(cpu.weights, gpu.weights) <= c.tol);
+  }
+}
+
+TEST_CASE("gradient clipping on the device matches the CPU", "[cuda]") {
+  // The norm and the clipped 1/scale are computed on the device (no host wait); the SGD
+  // weights must match a CPU run that clips the same way, in FP32 and in FP16 with the scaler.
+  for (DType dt : {DType::F32, DType::F16}) {
+    const bool scaled = dt == DType::F16;
+    INFO("dtype " << engine::dtype_name(dt));
+    const Run plain = train_steps(engine::Device::cpu(), dt, false, scaled);
+    const Run cpu = train_steps(engine::Device::cpu(), dt, false, scaled, 0.05);
+    const Run gpu = train_steps(engine::Device::cuda(0), dt, false, scaled, 0.05);
+    const double tol = dt == DType::F32 ? 1e-5 : 5e-3;
+    REQUIRE(std::isfinite(gpu.grad_norm));
+    CHECK(gpu.grad_norm == Approx(cpu.grad_norm).epsilon(tol));
+    CHECK(cpu.grad_norm > 0.05);                               // the bound really clips here
+    CHECK(max_rel_diff(plain.weights, cpu.weights) > 2 * tol);  // ... and changed the weights (0.07 on the CPU)
+    CHECK(max_rel_diff(cpu.weights, gpu.weights) <= tol);
   }
 }
 
