@@ -59,7 +59,7 @@ fi
 # ---- helpers ---------------------------------------------------------------------------------
 SUMMARY=()   # "name|verdict|detail" rows
 FAILED=0
-say() { printf '\n== %s\n' "$*"; }
+say() { printf '\n== [%4d s] %s\n' "$(( $(date +%s) - START ))" "$*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 record() {  # record NAME VERDICT DETAIL; any verdict other than ok/skipped fails the run
   SUMMARY+=("$1|$2|$3")
