@@ -179,7 +179,8 @@ double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
     }
     opt.grad_sq_norm_device(dev_->inv_scale.data<float>(), dev_->sq_sum.data<double>());
     kernels::cuda::clip_scale(dev_->sq_sum.data<double>(), max_norm, dev_->inv_scale.data<float>(),
-                              dev_->norm.data<double>(), dev_->clipped_inv_scale.data<float>(), cuda_stream());
+                              dev_->found_inf.data<int32_t>(), dev_->norm.data<double>(),
+                              dev_->clipped_inv_scale.data<float>(), cuda_stream());
     clipped_on_device_ = true;
 #endif
     return std::numeric_limits<double>::quiet_NaN();

@@ -89,7 +89,7 @@ double Optimizer::grad_sq_norm(double inv_scale) const {
   for (auto& p : params_) {
     Tensor g = p->grad();
     if (!g.defined()) continue;
-    ENGINE_CHECK(g.device().is_cpu(), "gradient clipping is not implemented for CUDA parameters yet");
+    ENGINE_CHECK(g.device().is_cpu(), "grad_sq_norm is the CPU path; CUDA parameters use grad_sq_norm_device");
     ENGINE_DISPATCH_FLOAT(g.dtype(), "grad norm", G, {
       const G* d = g.data<G>();
       double sq = 0;

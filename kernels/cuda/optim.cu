@@ -121,7 +121,10 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t end = min(ck.begin + chunk, s.n);
   double sq = 0;
   for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double v = static_cast<double>(load_grad(s.grad, s.grad_type, i)) * inv;
+    // FP64 gradients squared in FP64 as the CPU does (load_grad would narrow them to float).
+    const double g = s.grad_type == ElemType::F64 ? static_cast<const double*>(s.grad)[i]
+                                                   : static_cast<double>(load_grad(s.grad, s.grad_type, i));
+    const double v = g * inv;
     sq += v * v;
   }
   sq = detail::block_sum(sq, scratch);
@@ -137,9 +140,10 @@ __global__ void __launch_bounds__(kBlock) sum_partials_kernel(const double* part
   if (threadIdx.x == 0) *out = acc;
 }
 
-__global__ void clip_scale_kernel(const double* sq_sum, double max_norm, const float* inv_scale, double* norm,
-                                  float* clipped_inv_scale) {
-  const double n = sqrt(*sq_sum);
+__global__ void clip_scale_kernel(const double* sq_sum, double max_norm, const float* inv_scale,
+                                  const int* found_inf, double* norm, float* clipped_inv_scale) {
+  // An overflowed step reports an infinite norm, as on the CPU (its update is skipped anyway).
+  const double n = (found_inf && *found_inf) ? HUGE_VAL : sqrt(*sq_sum);
   *norm = n;
   const double coef = max_norm / (n + 1e-6);  // the CPU's LossScaler::clip_grad_norm
   const double inv = inv_scale ? static_cast<double>(*inv_scale) : 1.0;
@@ -239,10 +243,10 @@ void multi_grad_sq_norm(const MultiTensorPlan& plan, const float* inv_scale, dou
   CHECK_LAUNCH();
 }
 
-void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, double* norm, float* clipped_inv_scale,
-                cudaStream_t stream) {
+void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, const int* found_inf, double* norm,
+                float* clipped_inv_scale, cudaStream_t stream) {
   ENGINE_CHECK(max_norm > 0, "clip_scale: max norm " << max_norm << " must be positive");
-  clip_scale_kernel<<<1, 1, 0, stream>>>(sq_sum, max_norm, inv_scale, norm, clipped_inv_scale);
+  clip_scale_kernel<<<1, 1, 0, stream>>>(sq_sum, max_norm, inv_scale, found_inf, norm, clipped_inv_scale);
   CHECK_LAUNCH();
 }
 

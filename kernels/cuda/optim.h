@@ -65,11 +65,12 @@ void multi_all_finite(const MultiTensorPlan& plan, int* found_inf, cudaStream_t 
 // Gradient clipping by global norm, without the host: *sq_sum (device) = the sum over every
 // gradient of (double(g) * *inv_scale)^2, as the CPU's Optimizer::grad_sq_norm, summed per
 // chunk and then over the chunks in order (deterministic). Then clip_scale writes
-// *norm = sqrt(*sq_sum) and *clipped_inv_scale = float(*inv_scale * min(1, max_norm /
-// (norm + 1e-6))), which the fused step then uses as its 1/scale.
+// *norm = sqrt(*sq_sum) (inf when *found_inf is set, as on the CPU) and *clipped_inv_scale =
+// float(*inv_scale * min(1, max_norm / (norm + 1e-6))), which the fused step then uses as its
+// 1/scale.
 void multi_grad_sq_norm(const MultiTensorPlan& plan, const float* inv_scale, double* sq_sum, cudaStream_t stream);
-void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, double* norm, float* clipped_inv_scale,
-                cudaStream_t stream);
+void clip_scale(const double* sq_sum, double max_norm, const float* inv_scale, const int* found_inf, double* norm,
+                float* clipped_inv_scale, cudaStream_t stream);
 
 // The device-side step state. Each pointer may be null:
 //   inv_scale: null -> 1;  found_inf: null -> never skip;

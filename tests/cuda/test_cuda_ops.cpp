@@ -215,7 +215,7 @@ TEST_CASE("FP16 conversions on the device: all 65,536 patterns and every roundin
       probes.push_back(-p);
     }
   }
-  for (uint32_t bits : {0x477fefffu, 0x477ff000u, 0x7f7fffffu, 0x7f800000u, 0x00000001u, 0x007fffffu, 0x7f800001u,
+  for (uint32_t bits : {0x477fefffu, 0x477ff000u, 0x477ff001u, 0x7f7fffffu, 0x7f800000u, 0x00000001u, 0x007fffffu, 0x7f800001u,
                         0x7fc00000u, 0x7fbfe000u, 0xffc12345u, 0x7f802000u})
     probes.push_back(kernels::bits_float(bits));
   std::vector<half> narrowed(probes.size());
