@@ -548,7 +548,7 @@ template <class T> void add_typed_cases(std::vector<bench::MemCase>& cases, DTyp
   for (int64_t j = 0; j < ce_rows; ++j) lab[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7) % k);
   Tensor labels = Tensor::from_ints(lab, {ce_rows}).to(kGpu);
   Tensor probs = Tensor::empty({ce_rows, k}, DType::F32, kGpu);
-  Tensor loss = Tensor::empty({1}, DType::F32, kGpu), bad = Tensor::empty({1}, DType::I32, kGpu);
+  Tensor loss = Tensor::empty({1}, DType::F32, kGpu), bad = Tensor::zeros({1}, DType::I32, kGpu);
   Tensor gscale = Tensor::full({1}, 1024.0, DType::F32, kGpu);
   const std::string ce = std::to_string(ce_rows) + " x 1000";
   // + 16 B per row: the per-row loss and bad-label count, written and read back by the sum.
@@ -558,7 +558,7 @@ template <class T> void add_typed_cases(std::vector<bench::MemCase>& cases, DTyp
                    }});
   cases.push_back({"cross-entropy bwd", d, ce, (4 + e) * ce_rows * k + 4.0 * ce_rows, [=](int) {
                      kcu::cross_entropy_backward<T, float>(ce_rows, k, probs.data<float>(), labels.data<int32_t>(),
-                                                           0.0f, gscale.data<float>(), y.data<T>(), s);
+                                                           0.0f, gscale.data<float>(), bad.data<int>(), y.data<T>(), s);
                    }});
 }
 

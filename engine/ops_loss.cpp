@@ -51,15 +51,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
     active_tape()->record("cross_entropy", {logits}, loss,
                           [logits, labels, probs, label_smoothing, bad](const Tensor& gloss) -> std::vector<Tensor> {
       Tensor g = like(logits);
-      // The incoming gradient is the loss scale (or 1); the GPU reads it where it lies, from
-      // a copy made NaN when the forward counted bad labels.
-      ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy backward", T, {
-        Tensor g_in = gloss.clone();
-        kcu::nan_if_flagged(g_in.data<float>(), bad.data<int32_t>(), cuda_stream());
-        kcu::cross_entropy_backward<T, float>(logits.dim(0), logits.dim(1), probs.data<float>(),
-                                              labels.data<int32_t>(), static_cast<float>(label_smoothing),
-                                              g_in.data<float>(), g.data<T>(), cuda_stream());
-      }))
+      // The incoming gradient is the loss scale (or 1); the GPU reads it where it lies, and
+      // writes NaN gradients when the forward counted bad labels.
+      ENGINE_ON_CUDA(logits, ENGINE_DISPATCH_CUDA(logits.dtype(), "cross_entropy backward", T,
+                                                 kcu::cross_entropy_backward<T, float>(
+                                                     logits.dim(0), logits.dim(1), probs.data<float>(),
+                                                     labels.data<int32_t>(), static_cast<float>(label_smoothing),
+                                                     gloss.data<float>(), bad.data<int32_t>(), g.data<T>(),
+                                                     cuda_stream())))
       {
         const double gscalar = gloss.item();
         ENGINE_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", T, {

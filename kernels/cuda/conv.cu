@@ -17,6 +17,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/numeric.h"
 
 #ifdef ENGINE_WITH_CUDNN
@@ -233,8 +234,8 @@ cudnnStatus_t run(Dir dir, cudnnHandle_t h, const Descs& d, int algo, void* ws, 
 
 // ---- the algorithm cache --------------------------------------------------------------------
 
-// align: the smallest alignment of the three buffers (capped at 16 bytes): an algorithm
-// chosen for aligned buffers may refuse a view at an odd offset.
+// align: the smallest alignment of the three buffers: an algorithm chosen for aligned
+// buffers may refuse a view at an odd offset.
 struct Key {
   int dir, dt, tf32, search, align;
   int64_t n, h, w, c, k, r, s, stride, pad;
@@ -244,12 +245,6 @@ struct Key {
   }
 };
 
-int buffer_alignment(const void* a, const void* b, const void* c) {
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(c);
-  int al = 1;
-  while (al < 16 && (bits & static_cast<uintptr_t>(al)) == 0) al <<= 1;
-  return al;
-}
 struct Choice {
   int algo;
   cudnnMathType_t math;
@@ -278,7 +273,9 @@ void conv_op(Dir dir, const ConvDims& dims, cudnnDataType_t dt, const void* in0,
   const ConvAlgoSearch search = conv_algo_search();
   Descs d(dims, dt);
   const Key key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search),
-                buffer_alignment(in0, in1, out), dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s,
+                static_cast<int>(std::min({detail::pointer_alignment(in0), detail::pointer_alignment(in1),
+                                           detail::pointer_alignment(out)})),
+                dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s,
                 dims.stride, dims.pad};
 
   auto it = g_cache.find(key);

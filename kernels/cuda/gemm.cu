@@ -15,6 +15,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/numeric.h"
 
 namespace kernels::cuda {
@@ -31,13 +32,7 @@ template <> cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
 template <> cudaDataType_t cuda_type<half>() { return CUDA_R_16F; }
 template <> cudaDataType_t cuda_type<bfloat16>() { return CUDA_R_16BF; }
 
-uint32_t alignment(const void* p) {
-  if (!p) return 256;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 1;
-  while (al < 256 && (a & (2 * al - 1)) == 0) al *= 2;
-  return al;
-}
+using detail::pointer_alignment;
 
 // ---- RAII wrappers ---------------------------------------------------------------------------
 
@@ -128,7 +123,8 @@ bool lt_matmul(const LtProblem& p, cudaStream_t stream) {
 
   const Key key{static_cast<int>(p.dt), static_cast<int>(compute), opa, opb, static_cast<int>(epi),
                 static_cast<int64_t>(p.m), static_cast<int64_t>(p.n), static_cast<int64_t>(p.k), p.lda, p.ldb,
-                p.ldc, alignment(p.a), alignment(p.b), alignment(p.c), alignment(p.bias)};
+                p.ldc, pointer_alignment(p.a), pointer_alignment(p.b), pointer_alignment(p.c),
+                pointer_alignment(p.bias)};
   Choice choice{};
   {
     std::lock_guard<std::mutex> lock(g_mu);

@@ -39,6 +39,17 @@ inline int row_groups(int64_t rows, int64_t cols) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The largest power of two (up to 256) dividing p's address; 256 for null. Part of the
+// cuBLASLt and cuDNN algorithm cache keys: a choice made for aligned buffers may not run on
+// less aligned ones.
+inline uint32_t pointer_alignment(const void* p) {
+  if (!p) return 256;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 1;
+  while (al < 256 && (a & (2 * al - 1)) == 0) al *= 2;
+  return al;
+}
+
 // N elements of T moved as N*sizeof(T)/16 128-bit transactions (callers guarantee the
 // alignment and that N*sizeof(T) is a multiple of 16).
 template <class T, int N> union Pack {

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -76,8 +78,8 @@ __global__ void __launch_bounds__(kBlock)
 template <class T, class A>
 __global__ void __launch_bounds__(kBlock) ce_backward_kernel(int64_t rows, int64_t k, const A* probs,
                                                               const int32_t* labels, A smoothing, const A* g,
-                                                              T* glogits) {
-  const A scale = *g / A(rows);
+                                                              const int* bad_labels, T* glogits) {
+  const A scale = (bad_labels && *bad_labels) ? A(NAN) : *g / A(rows);
   const A off = smoothing / A(k);
   const int64_t total = rows * k;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -107,19 +109,19 @@ void cross_entropy_forward(int64_t rows, int64_t k, const T* logits, const int32
 
 template <class T, class A>
 void cross_entropy_backward(int64_t rows, int64_t k, const A* probs, const int32_t* labels, A smoothing, const A* g,
-                            T* glogits, cudaStream_t s) {
+                            const int* bad_labels, T* glogits, cudaStream_t s) {
   ENGINE_CHECK(rows >= 0 && k > 0, "cross_entropy_backward: bad shape rows=" << rows << " k=" << k);
   if (rows == 0) return;
   ce_backward_kernel<T, A><<<detail::grid_for(rows * k), kBlock, 0, s>>>(rows, k, probs, labels, smoothing, g,
-                                                                           glogits);
+                                                                           bad_labels, glogits);
   CHECK_LAUNCH();
 }
 
 #define ENGINE_CUDA_CE(T, A)                                                                                       \
   template void cross_entropy_forward<T, A>(int64_t, int64_t, const T*, const int32_t*, A, A*, A*, int*,           \
                                             cudaStream_t);                                                         \
-  template void cross_entropy_backward<T, A>(int64_t, int64_t, const A*, const int32_t*, A, const A*, T*,          \
-                                             cudaStream_t);
+  template void cross_entropy_backward<T, A>(int64_t, int64_t, const A*, const int32_t*, A, const A*, const int*, \
+                                             T*, cudaStream_t);
 ENGINE_CUDA_CE(float, float)
 ENGINE_CUDA_CE(double, double)
 ENGINE_CUDA_CE(kernels::half, float)

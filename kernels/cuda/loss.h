@@ -20,9 +20,11 @@ template <class T, class A = acc_t<T>>
 void cross_entropy_forward(int64_t rows, int64_t k, const T* logits, const int32_t* labels, A smoothing, A* probs,
                            A* loss, int* bad_labels, cudaStream_t stream);
 // glogits = (*g) * (probs - target) / rows, target = (1 - eps) * onehot + eps / k; g is a
-// device scalar (the loss scale in mixed precision training).
+// device scalar (the loss scale in mixed precision training). When bad_labels (the forward's
+// count, may be null) is non-zero every gradient is NaN instead, so the found-inf check skips
+// the step rather than apply an update computed from a label out of range.
 template <class T, class A = acc_t<T>>
 void cross_entropy_backward(int64_t rows, int64_t k, const A* probs, const int32_t* labels, A smoothing, const A* g,
-                            T* glogits, cudaStream_t stream);
+                            const int* bad_labels, T* glogits, cudaStream_t stream);
 
 }  // namespace kernels::cuda

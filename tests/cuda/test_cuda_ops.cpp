@@ -519,8 +519,16 @@ TEMPLATE_TEST_CASE("cross-entropy forward and backward match the CPU", "[cuda][s
       std::vector<T> gl_cpu(z.size());
       kc::cross_entropy_backward(cs.rows, cs.k, probs_cpu.data(), labels.data(), A(cs.smoothing), A(g),
                                  gl_cpu.data());
-      kg::cross_entropy_backward(cs.rows, cs.k, dp.get(), dl.get(), A(cs.smoothing), dg.get(), dgl.get(), stream());
+      kg::cross_entropy_backward(cs.rows, cs.k, dp.get(), dl.get(), A(cs.smoothing), dg.get(), nullptr, dgl.get(),
+                                 stream());
       expect_bits_equal(dgl.download(), gl_cpu, "cross-entropy backward");
     }
+    // A bad-label count from the forward turns every gradient into NaN (the step is skipped).
+    DeviceBuffer<int> flagged(std::vector<int>{1});
+    DeviceBuffer<A> dp(probs_cpu), dg(std::vector<A>{A(1)});
+    DeviceBuffer<T> dgl(z.size());
+    kg::cross_entropy_backward(cs.rows, cs.k, dp.get(), dl.get(), A(cs.smoothing), dg.get(), flagged.get(), dgl.get(),
+                               stream());
+    for (T v : dgl.download()) REQUIRE(std::isnan(to_d(v)));
   }
 }
