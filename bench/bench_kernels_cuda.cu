@@ -3,9 +3,7 @@
 // device-to-device copy of the same bytes. CUDA events, warm-up, median, rotated inputs.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#ifdef ENGINE_WITH_CUDNN
 #include <cudnn.h>
-#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -287,7 +285,6 @@ void gpu_gemm(const bench::Options& opt, std::vector<bench::Row>& rows) {
 
 // ---- convolution: our op vs direct cuDNN calls -----------------------------------------------------
 
-#ifdef ENGINE_WITH_CUDNN
 cudnnDataType_t dnn_type(DType d) {
   return d == DType::F32 ? CUDNN_DATA_FLOAT : d == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
 }
@@ -487,7 +484,6 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
   kcu::set_conv_algo_search(saved_search);
   kcu::set_allow_tf32(false);
 }
-#endif  // ENGINE_WITH_CUDNN
 
 // ---- memory-bound kernels vs the copy yardstick ----------------------------------------------------
 
@@ -687,11 +683,7 @@ bool bench::run_cuda(const Options& opt, std::vector<Row>& rows, std::string* wh
               ctx.cc_minor, opt.quick ? ", quick" : "");
   std::fflush(stdout);
   if (opt.wants("gemm")) gpu_gemm(opt, rows);
-#ifdef ENGINE_WITH_CUDNN
   if (opt.wants("conv")) gpu_conv(opt, rows);
-#else
-  if (opt.wants("conv")) std::printf("  conv: skipped, this build has no cuDNN\n");
-#endif
   if (opt.wants("memory")) gpu_memory(opt, rows);
   kcu::stream_synchronize(kcu::default_stream());
   return true;

@@ -10,6 +10,7 @@
 #ifdef ENGINE_WITH_CUDA
 #include "kernels/cuda/data.h"
 #include "kernels/cuda/optim.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 namespace engine {
@@ -85,6 +86,9 @@ LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config
 struct LossScaler::DeviceState {
   Tensor scale, inv_scale, found_inf, tracker, skipped, consecutive;
   Tensor sq_sum, norm, clipped_inv_scale;  // gradient clipping (created on first use)
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::HostMirror consecutive_seen;  // the skip guard's view of `consecutive`
+#endif
 };
 
 void LossScaler::ensure_device(Device d) const {
@@ -108,11 +112,15 @@ int64_t LossScaler::growth_tracker() const {
 int64_t LossScaler::skipped_steps() const {
   return dev_ ? static_cast<int64_t>(dev_->skipped.item()) : skipped_steps_;
 }
+void LossScaler::check_skip_limit(int64_t consecutive) const {
+  ENGINE_CHECK(config_.max_consecutive_skips == 0 || consecutive < config_.max_consecutive_skips,
+               "loss scaler: " << consecutive << " consecutive steps skipped for inf/NaN gradients (scale " << current_scale()
+                               << "); the loss or the data probably holds NaN");
+}
+
 int64_t LossScaler::consecutive_skips() const {
   const int64_t n = dev_ ? static_cast<int64_t>(dev_->consecutive.item()) : consecutive_skips_;
-  ENGINE_CHECK(config_.max_consecutive_skips == 0 || n < config_.max_consecutive_skips,
-               "loss scaler: " << n << " consecutive steps skipped for inf/NaN gradients (scale " << current_scale()
-                               << "); the loss or the data probably holds NaN");
+  check_skip_limit(n);
   return n;
 }
 
@@ -202,28 +210,26 @@ double LossScaler::last_grad_norm() const {
   return last_norm_;
 }
 
-bool LossScaler::step(Optimizer& opt) {
+StepResult LossScaler::step(Optimizer& opt) {
   ENGINE_CHECK(stage_ != Stage::Stepped, "loss scaler: step() has already been called since the last update()");
   if (stage_ == Stage::Ready) unscale(opt);
   stage_ = Stage::Stepped;
   if (dev_ && opt.on_cuda()) {
-    // Queued: the kernels skip the update themselves when the flag is set; the return value
-    // would need a host wait, so it only says the step was issued (found_inf() tells).
+    // Queued: the kernels skip the update themselves when the flag is set; knowing which
+    // would need a host wait (found_inf() tells).
     const Tensor& inv = clipped_on_device_ ? dev_->clipped_inv_scale : dev_->inv_scale;
     opt.apply_device(inv.data<float>(), dev_->found_inf.data<int32_t>());
-    return true;
+    return StepResult::Queued;
   }
   if (found_inf_) {
     ++skipped_steps_;
     ++consecutive_skips_;
-    ENGINE_CHECK(config_.max_consecutive_skips == 0 || consecutive_skips_ < config_.max_consecutive_skips,
-                 "loss scaler: " << consecutive_skips_ << " consecutive steps skipped for inf/NaN gradients (scale "
-                                 << scale_ << "); the loss or the data probably holds NaN");
-    return false;
+    check_skip_limit(consecutive_skips_);
+    return StepResult::Skipped;
   }
   consecutive_skips_ = 0;
   opt.apply(inv_scale_ * clip_coef_);
-  return true;
+  return StepResult::Applied;
 }
 
 void LossScaler::update() {
@@ -241,6 +247,12 @@ void LossScaler::update() {
                                  reinterpret_cast<long long*>(dev_->skipped.data<int64_t>()),
                                  reinterpret_cast<long long*>(dev_->consecutive.data<int64_t>()),
                                  dev_->found_inf.data<int32_t>(), p, cuda_stream());
+    if (config_.max_consecutive_skips > 0) {
+      // The count as of an earlier update, if its copy has landed; then send this one's.
+      int64_t seen = 0;
+      if (dev_->consecutive_seen.poll(&seen)) check_skip_limit(seen);
+      dev_->consecutive_seen.post(dev_->consecutive.data<int64_t>(), cuda_stream());
+    }
 #endif
     return;
   }

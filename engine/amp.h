@@ -57,15 +57,17 @@ class LossScaler {
   // The norm the last clip_grad_norm computed (NaN before any); on CUDA a host wait.
   double last_grad_norm() const;
   // Unscales if not yet done; skips the whole update when any gradient overflowed,
-  // otherwise runs opt.step(inv_scale). Returns true when the update was applied.
-  bool step(Optimizer& opt);
+  // otherwise applies it with 1/scale. On the CPU returns Applied or Skipped; on a CUDA device
+  // Queued: the device skips it itself, and found_inf() tells which (a host wait).
+  StepResult step(Optimizer& opt);
   // Backoff on overflow (reset the clean-step tracker), growth after growth_interval clean
   // steps (never to inf). Must follow step().
   void update();
 
   // On a CUDA device the state lives in device memory and these read it (a host wait):
-  // call them to log, not inside the step. There the abort after max_consecutive_skips is
-  // checked when state() or consecutive_skips() is read.
+  // call them to log, not inside the step. There update() checks max_consecutive_skips
+  // against a copy of the counter that the device sends back asynchronously (no wait), so
+  // the abort can come a step or two late; skipped steps change nothing meanwhile.
   double current_scale() const;
   bool found_inf() const;
   int64_t growth_tracker() const;
@@ -83,7 +85,7 @@ class LossScaler {
   struct DeviceState;  // scale, 1/scale, found-inf flag and counters in device memory
   void ensure_device(Device d) const;
   bool on_device() const { return dev_ != nullptr; }
-  void check_abort() const;
+  void check_skip_limit(int64_t consecutive) const;  // throws at max_consecutive_skips
 
   mutable std::shared_ptr<DeviceState> dev_;
   LossScalerConfig config_;

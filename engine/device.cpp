@@ -59,6 +59,22 @@ Device parse_device(const std::string& spec) {
   ENGINE_FAIL("bad device '" << spec << "' (expected auto, cpu, cuda or cuda:N)");
 }
 
+void set_cuda_deterministic(bool on) {
+#ifdef ENGINE_WITH_CUDA
+  kernels::cuda::set_deterministic(on);
+#else
+  (void)on;
+#endif
+}
+
+std::string cuda_library_versions() {
+#ifdef ENGINE_WITH_CUDA
+  return kernels::cuda::library_versions();
+#else
+  return "CUDA backend: not built (configured with ENGINE_CUDA=OFF, or no toolkit/cuDNN found)\n";
+#endif
+}
+
 void register_cuda_backend() {
 #ifdef ENGINE_WITH_CUDA
   kernels::cuda::ensure_cuda_allocator_registered();

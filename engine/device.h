@@ -15,6 +15,13 @@ int cuda_device_count(std::string* why);  // 0 with the reason when there is non
 // "auto" -> cuda:0 when a device is present, else cpu; "cpu"; "cuda" or "cuda:N".
 Device parse_device(const std::string& spec);
 
+// CUDA: only deterministic cuDNN algorithms, so a run repeats bit for bit (a no-op on the CPU,
+// which is deterministic already).
+void set_cuda_deterministic(bool on);
+// One line per library: the version the binary loaded at run time next to the one its headers
+// were built with (CUDA runtime and driver, cuBLASLt, cuDNN), or why there is none.
+std::string cuda_library_versions();
+
 // Registers the CUDA caching allocator with the engine (once; a no-op without CUDA).
 void register_cuda_backend();
 

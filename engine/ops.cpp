@@ -205,7 +205,13 @@ Tensor sum(const Tensor& x) {
   });
   if (should_record({&x})) {
     active_tape()->record("sum", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
-      return {Tensor::full(x.shape(), gy.item(), x.dtype(), x.device())};
+      // Every input element gets the output's gradient; on CUDA read where it lies (no wait).
+      Tensor gx = like(x);
+      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "sum backward", T,
+                                            kcu::fill_from_device(gx.data<T>(), gy.data<kernels::acc_t<T>>(),
+                                                                  gx.numel(), cuda_stream())))
+      gx.fill(gy.item());
+      return {gx};
     });
   }
   return y;

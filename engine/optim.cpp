@@ -21,6 +21,7 @@ struct Optimizer::DeviceState {
   std::unique_ptr<kernels::cuda::MultiTensorPlan> plan;
 #endif
   Tensor step;  // i64[1] on the device: applied steps (skipped ones do not count)
+  Tensor inv_scale, found_inf;  // step()'s own scalars when no loss scaler drives it
 };
 
 bool Optimizer::on_cuda() const { return !params_.empty() && params_[0]->master.device().is_cuda(); }
@@ -106,27 +107,43 @@ double Optimizer::grad_sq_norm(double inv_scale) const {
 void Optimizer::apply(double inv_scale) {
   ENGINE_CHECK(!on_cuda(), "optimizer: apply() is the CPU path; CUDA parameters step through step() or the loss "
                            "scaler (one fused launch)");
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = params_[i]->grad();
-    if (g.defined()) update(i, *params_[i], g, inv_scale);
-  }
+  for (size_t i : stepped_parameters()) update(i, *params_[i], params_[i]->grad(), inv_scale);
   ++steps_;
 }
 
-bool Optimizer::step(double inv_scale) {
+StepResult Optimizer::step(double inv_scale) {
   if (on_cuda()) {
-    // Standalone use (no loss scaler): stage 1/scale and the flag on the device; reading the
-    // flag back to return it is this call's one wait for the device.
+    // Standalone use (no loss scaler): 1/scale and the flag in device scalars kept across
+    // steps, set by a fill kernel and a memset on the stream: nothing waits.
     const Device d = params_[0]->master.device();
-    Tensor inv = Tensor::full({1}, inv_scale, DType::F32, d);
-    Tensor flag = Tensor::zeros({1}, DType::I32, d);
-    check_finite_device(flag.data<int32_t>());
-    apply_device(inv.data<float>(), flag.data<int32_t>());
-    return flag.item() == 0;
+    if (!dev_) dev_ = std::make_shared<DeviceState>();
+    if (!dev_->inv_scale.defined()) {
+      dev_->inv_scale = Tensor::empty({1}, DType::F32, d, MemKind::OptimizerState);
+      dev_->found_inf = Tensor::empty({1}, DType::I32, d, MemKind::OptimizerState);
+    }
+    dev_->inv_scale.fill(inv_scale);
+    dev_->found_inf.zero();
+    check_finite_device(dev_->found_inf.data<int32_t>());
+    apply_device(dev_->inv_scale.data<float>(), dev_->found_inf.data<int32_t>());
+    return StepResult::Queued;
   }
-  if (!grads_finite()) return false;
+  last_skipped_ = !grads_finite();
+  if (last_skipped_) return StepResult::Skipped;
   apply(inv_scale);
-  return true;
+  return StepResult::Applied;
+}
+
+bool Optimizer::last_step_skipped() const {
+  if (on_cuda() && dev_ && dev_->found_inf.defined()) return dev_->found_inf.item() != 0;
+  return last_skipped_;
+}
+
+// The parameters a step updates: those with a gradient (one the forward pass used).
+std::vector<size_t> Optimizer::stepped_parameters() const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]->grad().defined()) out.push_back(i);
+  return out;
 }
 
 #ifdef ENGINE_WITH_CUDA
@@ -184,18 +201,17 @@ void Optimizer::device_op(DeviceOp op, int* found_inf, const float* inv_scale, d
     sync_steps_to_device();
   }
   ensure_state();
-  std::vector<kernels::cuda::ParamSlot> slots(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
+  // Only parameters with a gradient, as on the CPU: the plan is rebuilt (once) if that set
+  // changes, e.g. when a parameter is first used after some steps.
+  const std::vector<size_t> stepped = stepped_parameters();
+  std::vector<kernels::cuda::ParamSlot> slots(stepped.size());
+  for (size_t j = 0; j < stepped.size(); ++j) {
+    const size_t i = stepped[j];
     Parameter& p = *params_[i];
     ENGINE_CHECK(p.master.dtype() == DType::F32 && p.master.device() == d,
                  "optimizer: CUDA parameters need f32 masters on " << d.str() << ", '" << p.name << "' is "
                                                                    << p.master.desc());
-    if (!p.grad().defined()) {  // an unused parameter: a zero gradient keeps the plan complete
-      Tensor g = Tensor::empty(p.value.shape(), p.value.dtype(), d, MemKind::Gradients);
-      g.zero();
-      p.value.set_grad(g);
-    }
-    auto& sl = slots[i];
+    auto& sl = slots[j];
     sl.grad = p.grad().raw();
     sl.grad_type = elem_type(p.grad().dtype());
     sl.master = p.master.data<float>();

@@ -10,6 +10,11 @@
 
 namespace engine {
 
+// What a step did. On the CPU the host knows at once. On a CUDA device the update is only
+// queued: the device skips it when the found-inf flag is set, and the host learns which by
+// reading the flag (Optimizer::last_step_skipped, LossScaler::found_inf), a wait it chooses.
+enum class StepResult { Applied, Skipped, Queued };
+
 class Optimizer {
  public:
   struct DeviceState;  // the multi-tensor plan and the device step counter (CUDA builds)
@@ -18,8 +23,12 @@ class Optimizer {
 
   // One update from the gradients on each parameter's value, each multiplied by inv_scale
   // (1/loss scale) in FP32 first. When any gradient holds inf or NaN nothing changes -
-  // weights, state, step count - and it returns false (the loss scaler then backs off).
-  bool step(double inv_scale = 1.0);
+  // weights, state, step count - and it returns Skipped (Queued on CUDA, without a host
+  // wait). Parameters with no gradient (unused in the forward pass) are left alone on both
+  // backends, as in PyTorch: no weight decay, no momentum, no Adam moments move them.
+  StepResult step(double inv_scale = 1.0);
+  // Whether the last step() skipped for inf/NaN; on CUDA it reads the device flag (a wait).
+  bool last_step_skipped() const;
   // The parts of step(), for the loss scaler: the found-inf check, the update itself (no
   // check), and the squared L2 norm of all gradients times inv_scale (for clipping).
   bool grads_finite() const;
@@ -36,6 +45,8 @@ class Optimizer {
   void zero_grad();
   int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
   const std::vector<ParamPtr>& params() const { return params_; }
+  // Indices of the parameters a step updates now: those holding a gradient.
+  std::vector<size_t> stepped_parameters() const;
   // Checkpoint support: the step count and every state tensor ("optim/<i>/<what>").
   virtual void save_state(StateDict& out) const;
   virtual void load_state(const StateDict& in);
@@ -59,6 +70,7 @@ class Optimizer {
 
   std::vector<ParamPtr> params_;
   int64_t steps_ = 0;
+  bool last_skipped_ = false;
   std::shared_ptr<DeviceState> dev_;
 };
 

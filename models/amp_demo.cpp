@@ -63,7 +63,7 @@ void scaler_state_machine() {
   engine::LossScaler scaler(cfg);
   for (bool overflow : {false, false, true, false}) {
     p->value.set_grad(Tensor::from_vector({overflow ? std::numeric_limits<double>::infinity() : 1.0}, {1}, DType::F32));
-    const bool applied = scaler.step(opt);
+    const bool applied = scaler.step(opt) == engine::StepResult::Applied;  // CPU: known at once
     scaler.update();
     std::printf("   gradient %-4s -> step %-7s scale now %g\n", overflow ? "inf" : "ok", applied ? "applied" : "SKIPPED",
                 scaler.current_scale());
@@ -128,7 +128,7 @@ void overflow_and_recovery() {
       loss = engine::cross_entropy((*net)(x), y);
       tape.backward(scaler.scale(loss));
     }
-    const bool applied = scaler.step(opt);
+    const bool applied = scaler.step(opt) == engine::StepResult::Applied;  // CPU: known at once
     scaler.update();
     if (step <= 14 || step % 4 == 0)
       std::printf("   step %2d  loss %.4f  %-7s  scale 2^%g\n", step, loss.item(), applied ? "applied" : "SKIPPED",

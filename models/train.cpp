@@ -62,6 +62,7 @@ struct Config {
   int64_t synthetic_size = 10000;
   int threads = 0;                  // 0: OpenMP's default
   int64_t log_every = 100;
+  bool deterministic = false;       // CUDA: deterministic cuDNN algorithms only
 };
 
 const char* kUsage = R"(usage: trainer [options]
@@ -102,6 +103,9 @@ Runs:
   --log FILE              metrics as JSON lines
   --log-every N           progress line every N steps                [100]
   --threads N             CPU threads                                [all cores]
+  --deterministic         CUDA: only deterministic cuDNN algorithms, so a run repeats bit
+                          for bit (the CPU always does)              [off]
+  --version               build and library versions (loaded vs built with) and exit
   --help                  this text
 )";
 
@@ -174,14 +178,19 @@ Config parse_args(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    } else if (arg == "--version") {
+      std::printf("trainer (mpcnn), CUDA backend %s\n%s", engine::cuda_built() ? "built" : "not built",
+                  engine::cuda_library_versions().c_str());
+      std::exit(0);
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
-               arg == "--synthetic") {
+               arg == "--synthetic" || arg == "--deterministic") {
       if (inline_value) usage_error(arg + " takes no value");
       if (arg == "--nesterov") c.nesterov = true;
       if (arg == "--augment") c.augment = true;
       if (arg == "--no-augment") c.augment = false;
       if (arg == "--eval-only") c.eval_only = true;
       if (arg == "--synthetic") c.synthetic = true;
+      if (arg == "--deterministic") c.deterministic = true;
     } else if (valued.count(arg)) {
       if (!inline_value) {
         if (i + 1 >= argc) usage_error(arg + " needs a value");
@@ -311,6 +320,7 @@ int run(const Config& cfg) {
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
 #endif
   const engine::Device device = engine::parse_device(cfg.device);
+  engine::set_cuda_deterministic(cfg.deterministic);
   const DType compute = precision_dtype(cfg.precision);
   engine::manual_seed(cfg.seed);
 

@@ -72,7 +72,7 @@ inline double train(engine::Module& net, engine::Optimizer& opt, const Problem& 
       loss = engine::cross_entropy(net(x), data.labels);
     }
     tape.backward(loss);
-    REQUIRE(opt.step());
+    REQUIRE(opt.step() == engine::StepResult::Applied);
   }
   net.eval();
   const double acc = accuracy(net(x), data.labels);

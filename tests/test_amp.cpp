@@ -121,7 +121,7 @@ TEST_CASE("a skipped step leaves weights and optimizer state untouched", "[amp][
   const auto m1 = opt.exp_avg[0].to_vector(), v1 = opt.exp_avg_sq[0].to_vector();
   const int64_t steps = opt.steps();
   m.set_grad(std::nan(""), 1.0);  // one NaN anywhere skips the whole update
-  CHECK_FALSE(scaler.step(opt));
+  CHECK(scaler.step(opt) == engine::StepResult::Skipped);
   scaler.update();
   CHECK(m.p->master.to_vector() == w);
   CHECK(opt.exp_avg[0].to_vector() == m1);
@@ -192,7 +192,7 @@ TEST_CASE("gradient clipping works on the unscaled gradients", "[amp][scaler]") 
   scaler.unscale(opt);
   CHECK(scaler.clip_grad_norm(opt, 1.0) == Approx(5.0));
   CHECK(scaler.last_grad_norm() == Approx(5.0));
-  CHECK(scaler.step(opt));
+  CHECK(scaler.step(opt) == engine::StepResult::Applied);
   scaler.update();
   // w - lr * g * (1 / 5): (1, 2) - (0.6, 0.8)
   const auto w = m.p->master.to_vector();

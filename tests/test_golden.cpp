@@ -298,7 +298,7 @@ void run_optimizer(const Fixture& f, const Mode& m, engine::Optimizer& opt, cons
   for (int step = 1; step <= 2; ++step) {
     const std::string s = std::to_string(step);
     for (auto& p : ps) p->value.set_grad(f.tensor(p->name + "_grad" + s, m.dt));
-    REQUIRE(opt.step());
+    REQUIRE(opt.step() == engine::StepResult::Applied);
     for (size_t i = 0; i < ps.size(); ++i) {
       const std::string& n = ps[i]->name;
       INFO("after step " << step << ", parameter " << n);

@@ -3,9 +3,7 @@
 
 #include <cuda_runtime.h>
 #include <cublasLt.h>
-#ifdef ENGINE_WITH_CUDNN
 #include <cudnn.h>
-#endif
 
 #include <atomic>
 #include <mutex>
@@ -19,6 +17,7 @@ constexpr int kMaxDevices = 64;
 std::mutex g_mu;
 Context* g_contexts[kMaxDevices] = {};
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_deterministic{false};
 }  // namespace
 
 Context::Context(int dev) : device(dev) {
@@ -33,16 +32,12 @@ Context::Context(int dev) : device(dev) {
 }
 
 cudnnHandle_t Context::cudnn() {
-#ifdef ENGINE_WITH_CUDNN
   std::lock_guard<std::mutex> lock(g_mu);
   if (!cudnn_) {
     CHECK_CUDNN(cudnnCreate(&cudnn_));
     CHECK_CUDNN(cudnnSetStream(cudnn_, stream));
   }
   return cudnn_;
-#else
-  ENGINE_FAIL("this build has no cuDNN (configure with CUDNN_ROOT pointing at cuDNN 9)");
-#endif
 }
 
 cublasLtHandle_t Context::cublaslt() {
@@ -64,6 +59,8 @@ cudaStream_t default_stream() { return context().stream; }
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
+void set_deterministic(bool on) { g_deterministic.store(on); }
+bool deterministic() { return g_deterministic.load(); }
 
 void stream_synchronize(cudaStream_t stream) { CHECK_CUDA(cudaStreamSynchronize(stream)); }
 

@@ -29,7 +29,7 @@ class Context {
   size_t total_memory = 0;
   std::string name;
 
-  cudnnHandle_t cudnn();        // created on first use; throws when built without cuDNN
+  cudnnHandle_t cudnn();        // created on first use
   cublasLtHandle_t cublaslt();  // created on first use
 
   explicit Context(int device);
@@ -52,6 +52,12 @@ cudaStream_t default_stream();
 // Off by default, so FP32 mode is true FP32; PyTorch's allow_tf32 flags are the analogue.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// Deterministic algorithms only (cuDNN's CUDNN_DETERMINISTIC ones; backward algorithms that add
+// with atomics are passed over), so a run repeats bit for bit. Off by default, like PyTorch's
+// cudnn.deterministic; our own kernels and cuBLASLt are deterministic either way.
+void set_deterministic(bool on);
+bool deterministic();
 
 // Blocks the host until all work on `stream` has finished (checked).
 void stream_synchronize(cudaStream_t stream);

@@ -23,8 +23,6 @@ struct ConvDims {
   int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
 };
 
-bool cudnn_available();  // this build links cuDNN (otherwise every conv call throws)
-
 // y[N,OH,OW,K] = conv(x, w) (+ bias[K] when non-null). The bias is added by a second kernel,
 // so FP16/BF16 outputs with a bias are rounded twice (as PyTorch's cuDNN path does); the CPU
 // twin rounds once.
@@ -37,14 +35,22 @@ template <class T> void conv2d_backward_data(const ConvDims& d, const T* gy, con
 template <class T>
 void conv2d_backward_filter(const ConvDims& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream);
 
-// How an algorithm is chosen the first time a shape is seen:
+// How an algorithm is chosen the first time a shape is seen (with set_deterministic(true),
+// see context.h, only among cuDNN's deterministic algorithms):
 //   Heuristic: cuDNN's heuristics (cudnnGet*Algorithm_v7), nothing is run to choose; the
 //              default: cheap, and the same choice every run.
 //   Benchmark: cudnnFind*AlgorithmEx times the candidates on the real buffers (like
 //              torch.backends.cudnn.benchmark); the fastest usable one is kept.
 // Either way candidates are tried in order until one runs: one cuDNN rejects for this
 // configuration (a math type, a workspace above the limit) is skipped, never fatal.
+// When none runs, two fallbacks follow, each said once per shape on stderr:
+//   Measured: after heuristics, the measured search (cudnnFind) over every algorithm;
+//   Padded:   input and output channels zero-padded to multiples of 8 (cuDNN's most
+//             exercised Tensor Core case), the padded problem solved and the result sliced
+//             back: the same sums, since the added channels are zeros.
+// Only when all fail does the call throw, listing what each candidate answered.
 enum class ConvAlgoSearch { Heuristic, Benchmark };
+enum class ConvRoute { Search, Measured, Padded };
 void set_conv_algo_search(ConvAlgoSearch mode);
 ConvAlgoSearch conv_algo_search();
 void set_conv_workspace_limit(size_t bytes);  // default 1 GiB
@@ -54,5 +60,8 @@ void clear_conv_algo_cache();
 // One line per cached choice: direction, dtype, shape, algorithm number, math type, workspace.
 // (Also printed to stderr as they are made when the environment sets ENGINE_CUDNN_LOG=1.)
 std::string conv_algo_report();
+// Tests: start the choice at a later route, as if the earlier ones had found nothing (clear the
+// cache around it). ConvRoute::Search restores the normal order.
+void set_conv_first_route_for_test(ConvRoute route);
 
 }  // namespace kernels::cuda

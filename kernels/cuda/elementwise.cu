@@ -285,6 +285,19 @@ void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_s
   CHECK_LAUNCH();
 }
 
+template <class T>
+__global__ void __launch_bounds__(kBlock) fill_from_device_kernel(T* y, const acc_t<T>* value, int64_t n) {
+  const T v = convert<T>(*value);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = v;
+}
+
+template <class T> void fill_from_device(T* y, const acc_t<T>* value, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  fill_from_device_kernel<T><<<grid_for(n), kBlock, 0, s>>>(y, value, n);
+  CHECK_LAUNCH();
+}
+
 template <class T> void fill(T* y, double value, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   const T v = convert<T>(value);
@@ -355,6 +368,7 @@ template <class T> void column_sum(int64_t rows, int64_t cols, const T* x, T* ou
   template void scale<T>(const T*, double, T*, int64_t, cudaStream_t);                           \
   template void dropout<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, cudaStream_t);      \
   template void fill<T>(T*, double, int64_t, cudaStream_t);                                      \
+  template void fill_from_device<T>(T*, const acc_t<T>*, int64_t, cudaStream_t);                 \
   template void all_finite<T>(const T*, int64_t, int*, cudaStream_t);                            \
   template void sum<T>(const T*, int64_t, acc_t<T>*, cudaStream_t);                              \
   template void add_row_bias<T>(int64_t, int64_t, const T*, T*, cudaStream_t);                   \

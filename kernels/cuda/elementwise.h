@@ -27,6 +27,8 @@ template <class From, class To> void cast(const From* x, To* y, int64_t n, cudaS
 template <class T>
 void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, cudaStream_t stream);
 template <class T> void fill(T* y, double value, int64_t n, cudaStream_t stream);  // value rounded once to T
+// y[i] = *value rounded once to T, the value read from device memory (sum's backward): no wait.
+template <class T> void fill_from_device(T* y, const acc_t<T>* value, int64_t n, cudaStream_t stream);
 void zero(void* p, size_t bytes, cudaStream_t stream);                              // cudaMemsetAsync 0
 // Sets *found_inf = 1 (device int) when any element is inf or NaN; never clears it, so one
 // flag can collect the verdict over many tensors. No host synchronisation.

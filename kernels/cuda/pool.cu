@@ -25,7 +25,8 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolDims d, int64_t
     t /= ow;
     const int64_t i = t % oh;
     const int64_t b = t / oh;
-    float best = -INFINITY;
+    using A = acc_t<T>;  // FP32 for the training dtypes, FP64 for FP64: compare at full precision
+    A best = -INFINITY;
     int32_t best_at = -1;
     for (int64_t r = 0; r < d.kernel; ++r) {
       const int64_t ih = i * d.stride - d.pad + r;
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolDims d, int64_t
       for (int64_t q = 0; q < d.kernel; ++q) {
         const int64_t iw = j * d.stride - d.pad + q;
         if (iw < 0 || iw >= d.w) continue;
-        const float v = static_cast<float>(x[((b * d.h + ih) * d.w + iw) * d.c + ch]);
+        const A v = static_cast<A>(x[((b * d.h + ih) * d.w + iw) * d.c + ch]);
         // The CPU's rule: strictly greater keeps the first of equal values; a NaN wins and stays.
         const bool take = best_at < 0 || v > best || (v != v && best == best);
         if (take) {

@@ -1,6 +1,8 @@
 // Main for the [cuda] tests: exits 77 (CTest's "skipped") with the reason when no CUDA
 // device is present, so GPU tests never pass silently on a machine without one. Listing the
-// tests (--list-tests, --list-tags, -l, ...) works without a device.
+// tests (--list-tests, --list-tags, -l, ...) works without a device. It prints the CUDA,
+// cuBLASLt and cuDNN versions it loaded (against those it was built with) first, and runs
+// with deterministic cuDNN algorithms (the trainer's --deterministic), so reruns repeat.
 #define CATCH_CONFIG_RUNNER
 #include <cstdio>
 #include <cstring>
@@ -19,5 +21,7 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: [cuda] tests need a CUDA device: %s\n", why.c_str());
     return 77;
   }
+  if (!listing) std::printf("%s", engine::cuda_library_versions().c_str());
+  engine::set_cuda_deterministic(true);
   return Catch::Session().run(argc, argv);
 }

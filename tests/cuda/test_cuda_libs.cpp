@@ -60,6 +60,8 @@ struct FlagsGuard {
     kg::set_allow_tf32(false);
     kg::set_conv_algo_search(kg::ConvAlgoSearch::Heuristic);
     kg::set_gemm_bias_grad_epilogue(true);
+    kg::set_conv_first_route_for_test(kg::ConvRoute::Search);
+    kg::set_deterministic(true);  // as tests/cuda/main.cpp sets it
   }
 };
 
@@ -128,7 +130,6 @@ template <class T> void run_conv_case(const ConvCase& cc, bool tf32) {
 
 TEMPLATE_TEST_CASE("cuDNN convolutions match the CPU reference (heuristic algorithms)", "[cuda]", float, half,
                    bfloat16) {
-  REQUIRE(kg::cudnn_available());
   FlagsGuard guard;
   const size_t cached0 = kg::conv_algo_cache_size();
   for (const ConvCase& cc : kConvCases) run_conv_case<TestType>(cc, false);
@@ -141,7 +142,6 @@ TEMPLATE_TEST_CASE("cuDNN convolutions match the CPU reference (heuristic algori
 }
 
 TEST_CASE("cuDNN convolutions with TF32 allowed and with benchmarked algorithms", "[cuda]") {
-  REQUIRE(kg::cudnn_available());
   FlagsGuard guard;
   kg::set_allow_tf32(true);
   for (const ConvCase& cc : kConvCases) run_conv_case<float>(cc, true);
@@ -153,6 +153,54 @@ TEST_CASE("cuDNN convolutions with TF32 allowed and with benchmarked algorithms"
   }
   // Workspaces go back to the cache after every call.
   CHECK(kg::cuda_allocator().stats().current[static_cast<int>(engine::MemKind::Workspace)] == 0);
+}
+
+TEST_CASE("cuDNN fallbacks: the measured search and zero-padded channels give the same results", "[cuda]") {
+  // As if the heuristics (then also the measured search) had found nothing that runs: the
+  // 3- and 13-channel cases must come out right through each fallback, in FP16 and FP32.
+  FlagsGuard guard;
+  for (kg::ConvRoute route : {kg::ConvRoute::Measured, kg::ConvRoute::Padded}) {
+    INFO((route == kg::ConvRoute::Measured ? "measured search" : "padded channels"));
+    kg::clear_conv_algo_cache();
+    kg::set_conv_first_route_for_test(route);
+    for (const ConvCase& cc : kConvCases) {
+      run_conv_case<half>(cc, false);
+      run_conv_case<float>(cc, false);
+    }
+    const std::string report = kg::conv_algo_report();
+    INFO(report);
+    if (route == kg::ConvRoute::Measured) CHECK(report.find("measured search") != std::string::npos);
+    else CHECK(report.find("zero-padded") != std::string::npos);
+  }
+  kg::set_conv_first_route_for_test(kg::ConvRoute::Search);
+  kg::clear_conv_algo_cache();
+  CHECK(kg::cuda_allocator().stats().current[static_cast<int>(engine::MemKind::Workspace)] == 0);
+}
+
+TEST_CASE("deterministic mode: only deterministic algorithms, and a repeated backward is bit-identical", "[cuda]") {
+  FlagsGuard guard;
+  kg::set_deterministic(true);
+  kg::clear_conv_algo_cache();
+  // A batch large enough that cuDNN would consider its atomics-based backward algorithms.
+  const kg::ConvDims d{64, 16, 16, 32, 32, 3, 3, 1, 1};
+  const int64_t nx = d.n * d.h * d.w * d.c, nw = d.k * d.r * d.s * d.c, ny = d.n * d.out_h() * d.out_w() * d.k;
+  const std::vector<half> x = random_vec<half>(nx, 81), w = random_vec<half>(nw, 82), gy = random_vec<half>(ny, 83);
+  DeviceBuffer<half> dx(x), dw(w), dgy(gy), dgw(nw), dgx(nx);
+  kg::conv2d_backward_filter<half>(d, dx.get(), dgy.get(), dgw.get(), nullptr, stream());
+  kg::conv2d_backward_data<half>(d, dgy.get(), dw.get(), dgx.get(), stream());
+  const std::vector<half> gw1 = dgw.download(), gx1 = dgx.download();
+  for (int rep = 0; rep < 3; ++rep) {
+    dgw.poison();
+    dgx.poison();
+    kg::conv2d_backward_filter<half>(d, dx.get(), dgy.get(), dgw.get(), nullptr, stream());
+    kg::conv2d_backward_data<half>(d, dgy.get(), dw.get(), dgx.get(), stream());
+    expect_bits_equal(dgw.download(), gw1, "deterministic backward filter");
+    expect_bits_equal(dgx.download(), gx1, "deterministic backward data");
+  }
+  const std::string report = kg::conv_algo_report();
+  INFO(report);
+  CHECK(report.find("bwd-filter") != std::string::npos);
+  CHECK(report.find("deterministic") != std::string::npos);
 }
 
 // ---- cuBLASLt ----------------------------------------------------------------------------------

@@ -324,10 +324,12 @@ TEMPLATE_TEST_CASE("max-pool forward, argmax and backward are bit-identical to t
     const kg::PoolDims gs{pc.n, pc.h, pc.w, pc.c, pc.k, pc.s, pc.p};
     const int64_t in_n = pc.n * pc.h * pc.w * pc.c, out_n = pc.n * cs.out_h() * cs.out_w() * pc.c;
     // Few distinct values, so windows hold ties (first maximum wins), and a few NaNs (win).
+    // The (i % 3) * 2^-40 term survives only in FP64 (and at 0 in FP32): values that FP64
+    // tells apart and a float comparison would call ties, so FP64 must compare as FP64.
     std::vector<T> x(static_cast<size_t>(in_n));
     for (int64_t i = 0; i < in_n; ++i) {
       const double u = kernels::philox_uniform(5, 1, static_cast<uint64_t>(i));
-      x[i] = kernels::convert<T>(std::floor(u * 6) - 3);
+      x[i] = kernels::convert<T>(std::floor(u * 6) - 3 + std::ldexp(static_cast<double>(i % 3), -40));
       if (i % 997 == 13) x[i] = kernels::convert<T>(std::numeric_limits<double>::quiet_NaN());
     }
     std::vector<T> y(out_n);

@@ -155,3 +155,91 @@ TEST_CASE("the device loss scaler skips an overflowed step and backs off without
   CHECK(opt.steps() == 0);
   CHECK(model->parameters()[0]->master.to_vector() == before);
 }
+
+TEST_CASE("CUDA steps leave parameters without a gradient alone and never wait", "[cuda]") {
+  // The CPU twin is "parameters without a gradient are not stepped" in tests/test_optim.cpp.
+  const engine::Device gpu = engine::Device::cuda(0);
+  auto make = [&](const std::vector<double>& w) {
+    auto p = std::make_shared<engine::Parameter>();
+    p->master = Tensor::from_vector(w, {static_cast<int64_t>(w.size())}, DType::F32).to(gpu);
+    p->master.set_requires_grad(true);
+    p->value = p->master;
+    return p;
+  };
+  for (int which = 0; which < 2; ++which) {
+    INFO((which == 0 ? "sgd" : "adamw") << " with weight decay");
+    auto used = make({0.5, -0.25, 0.75}), unused = make({0.125, -0.5});
+    const auto unused0 = unused->master.to_vector(), used0 = used->master.to_vector();
+    std::unique_ptr<engine::Optimizer> opt;
+    if (which == 0) opt = std::make_unique<engine::SGD>(std::vector<engine::ParamPtr>{used, unused}, 0.1, 0.9, 0.5);
+    else opt = std::make_unique<engine::Adam>(std::vector<engine::ParamPtr>{used, unused}, 0.1, 0.9, 0.999, 1e-8, 0.5, true);
+    used->value.set_grad(Tensor::from_vector({1, -1, 0.5}, {3}, DType::F32).to(gpu));
+    for (int s = 0; s < 3; ++s) CHECK(opt->step() == engine::StepResult::Queued);
+    CHECK_FALSE(opt->last_step_skipped());
+    CHECK(opt->steps() == 3);
+    CHECK(unused->master.to_vector() == unused0);
+    CHECK(used->master.to_vector() != used0);
+    used->value.set_grad(Tensor::from_vector({1, std::nan(""), 0.5}, {3}, DType::F32).to(gpu));
+    const auto before = used->master.to_vector();
+    CHECK(opt->step() == engine::StepResult::Queued);
+    CHECK(opt->last_step_skipped());
+    CHECK(opt->steps() == 3);
+    CHECK(used->master.to_vector() == before);
+  }
+}
+
+TEST_CASE("the device loss scaler aborts after max_consecutive_skips without being read", "[cuda]") {
+  // Every step overflows; nothing reads the scaler's counters, yet update() must throw within
+  // two steps of the limit (it checks a copy of the counter that the device sent back).
+  engine::manual_seed(8);
+  auto model = models::simplecnn();
+  model->set_compute_dtype(DType::F16);
+  model->to(engine::Device::cuda(0));
+  engine::Adam opt(model->parameters(), 1e-3);
+  engine::LossScalerConfig cfg;
+  cfg.init_scale = 1099511627776.0;  // 2^40
+  cfg.backoff_factor = 0.999;        // stays huge: every step overflows
+  cfg.max_consecutive_skips = 3;
+  engine::LossScaler scaler(cfg);
+  Tensor x = engine::cast(engine::uniform({4, 32, 32, 3}, -1, 1, DType::F32), DType::F16).to(engine::Device::cuda(0));
+  Tensor y = Tensor::from_ints({1, 2, 3, 4}, {4}).to(engine::Device::cuda(0));
+  int threw_at = 0;
+  for (int s = 1; s <= 20 && !threw_at; ++s) {
+    opt.zero_grad();
+    engine::Tape tape;
+    {
+      engine::TapeScope scope(tape);
+      engine::AutocastScope autocast(DType::F16);
+      tape.backward(scaler.scale(engine::cross_entropy((*model)(x), y)));
+    }
+    CHECK(scaler.step(opt) == engine::StepResult::Queued);
+    try {
+      scaler.update();
+    } catch (const engine::Error& e) {
+      CHECK(std::string(e.what()).find("consecutive steps skipped") != std::string::npos);
+      threw_at = s;
+    }
+    if (!threw_at) engine::Tensor::zeros({1}, DType::F32, engine::Device::cuda(0)).item();  // let copies land
+  }
+  CHECK(threw_at >= 4);  // the count reaches 3 at step 3; its copy is seen at a later update
+  CHECK(threw_at <= 5);
+  CHECK(opt.steps() == 0);
+}
+
+TEST_CASE("sum's backward on CUDA reads the gradient on the device", "[cuda]") {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(engine::dtype_name(dt));
+    Tensor x = engine::cast(engine::uniform({5, 7}, -1, 1, DType::F32), dt).to(engine::Device::cuda(0));
+    x.set_requires_grad(true);
+    engine::Tape tape;
+    Tensor s;
+    {
+      engine::TapeScope scope(tape);
+      s = engine::sum(x);
+    }
+    tape.backward(engine::scale(s, 3.0));
+    const std::vector<double> g = x.grad().to_vector();
+    REQUIRE(g.size() == 35);
+    for (double v : g) CHECK(v == 3.0);
+  }
+}
