@@ -1,41 +1,79 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the section functions are called through "$s" (indirectly)
-# bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. It builds the engine
-# with the CUDA backend for sm_90, runs the whole CTest suite (the [cuda] tests verbosely),
-# trains the default recipe in fp32/fp16/bf16, runs the PyTorch side-by-side, the kernel and
-# training benchmarks and a short ResNet side-by-side, runs compute-sanitizer over the small
-# [cuda][sanitize] tests, and prints the comparison tables and one short summary table last.
-# Exit status 0 only when every section passed. Budget: under 8 minutes; the later sections
-# shrink (quick benchmarks) or skip themselves, saying so, when time runs short.
+# bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. The first call checks
+# what matters most first, in this order, each section with a time cap (seconds):
+#
+#   env          nvcc, cuDNN/cuBLASLt (toolkit or pip nvidia-*), Catch2/stb (.gpu_deps)      -
+#   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here              120
+#   build        only what the GPU sections run (engine_cuda_tests, trainer, benchmarks)     240
+#   versions     CUDA runtime/driver, cuBLASLt, cuDNN: loaded vs built with                   15
+#   cuda_tests   the [cuda] test binary with CUDA_LAUNCH_BLOCKING=1 (a fault names its      150
+#                launch), deterministic cuDNN algorithms
+#   sanitizer    compute-sanitizer memcheck on the small [cuda][sanitize] tests               60
+#   train        the default recipe (simplecnn, Adam, batch 256) in fp32 and fp16 for          120
+#                GPU_CHECK_EPOCHS (3) epochs on the CIFAR-10 copy: accuracy, images/s, memory
+#   pytorch      PyTorch eager AMP on the same data and recipe, and the comparison table       90
+#   bench        bench_kernels --quick (vs cuBLASLt/cuDNN, vs copy bandwidth) and bench_train  90
+#
+# Further sections run only when named in GPU_CHECK_ONLY (a second call; the build is
+# incremental if the build folder is still there):
+#   cpu_tests    the whole CPU CTest suite (CI runs it already)                              240
+#   compile      PyTorch torch.compile AMP (the first compile alone takes minutes)           300
+#   resnet       resnet9, ours fp32/fp16 vs PyTorch eager AMP, 4 epochs                      300
+#   racecheck    compute-sanitizer racecheck on our shared-memory [sanitize] kernels          120
+#
+# Budget: GPU_CHECK_BUDGET seconds in all (default 460, build included). A section gets its cap
+# or what is left of the budget, whichever is less. One that cannot start in time, or that is
+# cut short by the budget, is reported "not-run" (not a failure of the engine); one that runs
+# past its full cap is FAILED (a hang). Exit status 0 only when no section failed.
 #
 #   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout
+#   bash bench/gpu_check.sh --dry-run   anywhere: walks the sections and prints the plan, runs nothing
 #   bash bench/gpu_check.sh --prepare   on the development machine, BEFORE the GPU call:
 #                                       copies the header-only build dependencies the GPU
-#                                       image lacks (Catch2 v2, stb_image) into .gpu_deps/,
-#                                       which must travel with the working tree (untracked
-#                                       files do; if .gpu_deps is git-ignored, carry it)
+#                                       image lacks (Catch2 v2, stb_image) and the CIFAR-10
+#                                       archive into .gpu_deps/, which is git-ignored: name it
+#                                       in the device call's `carry`
 #
-# Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET
-# (seconds, default 460), GPU_CHECK_ONLY (e.g. "tests bench": only those sections after the
-# build; names: tests train pytorch bench resnet sanitizer), GPU_CHECK_CTEST_EXCLUDE (ctest -E
-# regex for the CPU suite),
-# GPU_CHECK_COMMIT (the commit to report when the copy there has no .git),
-# CUDNN_ROOT (skip the search), OUT (a folder whose files come back from the GPU machine:
-# the logs are copied there).
+# Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET,
+# GPU_CHECK_ONLY (e.g. "compile resnet": only those sections after env, configure and build),
+# GPU_CHECK_EPOCHS (train/pytorch epochs, default 3), GPU_CHECK_PRECISIONS (default "fp32
+# fp16"), GPU_CHECK_COMMIT (the commit to report when the copy there has no .git), CUDNN_ROOT
+# (skip the search), OUT (a folder whose files come back from the GPU machine: the logs go there).
 #
 # The GPU image has nvcc, CMake, ninja and PyTorch; cuDNN and cuBLAS may live only in
 # PyTorch's nvidia-* pip packages, found here through python3 and handed to CMake as hints.
-# Nothing is downloaded. Each section is a function named in SECTIONS below; its verdict lands
-# in the summary table.
+# Nothing is downloaded.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${GPU_CHECK_BUILD:-$ROOT/build-gpu}"
 DEPS="$ROOT/.gpu_deps"
 BUDGET="${GPU_CHECK_BUDGET:-460}"
+EPOCHS="${GPU_CHECK_EPOCHS:-3}"
+PRECISIONS="${GPU_CHECK_PRECISIONS:-fp32 fp16}"
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 LOGDIR="$BUILD/gpu_check_logs"
+
+# name|cap seconds|what it runs (the plan --dry-run prints)
+DEFAULT_SECTIONS=(
+  "env|0|find nvcc, cuDNN, cuBLASLt, Catch2 and stb_image"
+  "configure|120|cmake -DENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+  "build|240|cmake --build: engine_cuda_tests trainer bench_kernels bench_train"
+  "versions|15|trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built"
+  "cuda_tests|150|CUDA_LAUNCH_BLOCKING=1 engine_cuda_tests (deterministic cuDNN)"
+  "sanitizer|60|compute-sanitizer --tool memcheck engine_cuda_tests [sanitize]"
+  "train|120|trainer --device cuda --precision {$PRECISIONS} --epochs $EPOCHS"
+  "pytorch|90|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py"
+  "bench|90|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
+)
+EXTRA_SECTIONS=(
+  "cpu_tests|240|ctest: the whole CPU suite (builds engine_tests first)"
+  "compile|300|pytorch_reference.py --compile AMP, $EPOCHS epochs, then compare.py"
+  "resnet|300|resnet9 4 epochs: trainer fp32/fp16 and PyTorch eager AMP"
+  "racecheck|120|compute-sanitizer --tool racecheck engine_cuda_tests [sanitize]~cuBLASLt*"
+)
 
 # ---- --prepare (development machine) ---------------------------------------------------------
 if [ "${1:-}" = "--prepare" ]; then
@@ -47,30 +85,91 @@ if [ "${1:-}" = "--prepare" ]; then
     if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
     else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
   done
-  # The CIFAR-10 archive for the training section (about 20 MB; the call carries .gpu_deps).
+  # The CIFAR-10 archive for the training section (about 20 MB).
   archive="$ROOT/../shared/data/cifar10-jpeg.tar.gz"
   if [ -f "$archive" ]; then cp "$archive" "$DEPS/" && echo "copied $archive -> .gpu_deps/"
   else echo "note: no $archive; the training section will use synthetic data"; fi
   [ "$ok" = 1 ] || exit 1
   du -sh "$DEPS"
+  echo "now call the device with carry [\".gpu_deps\"] (it is git-ignored, so it travels only when named)"
   exit 0
 fi
+
+# ---- the plan ------------------------------------------------------------------------------------
+PLAN=("${DEFAULT_SECTIONS[@]}")
+if [ -n "${GPU_CHECK_ONLY:-}" ]; then
+  PLAN=()
+  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
+    name="${row%%|*}"
+    case " env configure build versions ${GPU_CHECK_ONLY} " in *" $name "*) PLAN+=("$row") ;; esac
+  done
+  # Section names that exist nowhere are a typo: say so rather than run less than asked.
+  for want in $GPU_CHECK_ONLY; do
+    found=0
+    for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do [ "${row%%|*}" = "$want" ] && found=1; done
+    if [ "$found" = 0 ]; then echo "gpu_check: unknown section '$want' in GPU_CHECK_ONLY" >&2; exit 2; fi
+  done
+fi
+
+deps_line() {
+  if [ -d "$DEPS" ]; then
+    echo ".gpu_deps: present ($(ls "$DEPS" | tr '\n' ' '))"
+  else
+    echo ".gpu_deps: ABSENT - run 'bash bench/gpu_check.sh --prepare' here and name .gpu_deps in the call's carry (it is git-ignored); without it the build needs Catch2/stb_image installed and training uses synthetic data"
+  fi
+}
+
+if [ "${1:-}" = "--dry-run" ]; then
+  echo "gpu_check plan (dry run: nothing is run), budget ${BUDGET} s, build dir ${BUILD#"$ROOT"/}"
+  deps_line
+  total=0
+  for row in "${PLAN[@]}"; do
+    IFS='|' read -r name cap what <<< "$row"
+    total=$((total + cap))
+    printf '  %-11s cap %4s s  %s\n' "$name" "$cap" "$what"
+  done
+  echo "caps add up to ${total} s; sections that no longer fit in ${BUDGET} s are reported not-run"
+  echo "later calls: GPU_CHECK_ONLY=\"$(for r in "${EXTRA_SECTIONS[@]}"; do printf '%s ' "${r%%|*}"; done | sed 's/ $//')\" (any subset)"
+  exit 0
+fi
+[ -n "${1:-}" ] && { echo "gpu_check: unknown argument '$1' (use --prepare, --dry-run or nothing)" >&2; exit 2; }
 
 # ---- helpers ---------------------------------------------------------------------------------
 SUMMARY=()   # "name|verdict|detail" rows
 FAILED=0
 say() { printf '\n== [%4d s] %s\n' "$(( $(date +%s) - START ))" "$*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
-record() {  # record NAME VERDICT DETAIL; any verdict other than ok/skipped fails the run
+record() {  # record NAME VERDICT DETAIL; verdicts other than ok / skipped / not-run fail the run
   SUMMARY+=("$1|$2|$3")
-  case "$2" in ok|skipped) ;; *) FAILED=1 ;; esac
+  case "$2" in ok|skipped|not-run) ;; *) FAILED=1 ;; esac
 }
-# Runs a command with the time left (minus a reserve for the sections after it).
-run_limited() {  # run_limited RESERVE_SECONDS cmd...
-  local reserve="$1"; shift
-  local t=$(( $(left) - reserve ))
-  if [ "$t" -lt 10 ]; then echo "(no time left for: $*)"; return 124; fi
-  timeout --kill-after=10 "$t" "$@"
+# run_capped CAP cmd...: runs cmd for at most CAP seconds, or what is left of the budget when
+# that is less (then SHORTENED=1). Returns 125 without running when under 10 s are left, and
+# timeout's 124 when the command ran out of time.
+SHORTENED=0
+run_capped() {
+  local cap="$1"; shift
+  local t; t=$(left)
+  SHORTENED=0
+  if [ "$t" -lt "$cap" ]; then SHORTENED=1; cap=$t; fi
+  if [ "$cap" -lt 10 ]; then echo "(no time left for: $*)"; return 125; fi
+  timeout --kill-after=10 "$cap" "$@"
+}
+# verdict_for RC: ok, not-run (never started, or cut short by the budget) or FAILED.
+verdict_for() {
+  case "$1" in
+    0) echo ok ;;
+    125) echo not-run ;;
+    124|137) if [ "$SHORTENED" = 1 ]; then echo not-run; else echo FAILED; fi ;;
+    *) echo FAILED ;;
+  esac
+}
+cap_of() {  # the cap of section $1 from the plan
+  local row
+  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
+    [ "${row%%|*}" = "$1" ] && { IFS='|' read -r _ c _ <<< "$row"; echo "$c"; return; }
+  done
+  echo 60
 }
 mkdir -p "$LOGDIR"
 
@@ -206,7 +305,7 @@ section_configure() {
   local inc
   for inc in "${EXTRA_INC[@]+"${EXTRA_INC[@]}"}"; do flags="$flags -isystem $inc"; done
   local t0; t0=$(date +%s)
-  if run_limited 300 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
+  if run_capped 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 "${CMAKE_HINTS[@]+"${CMAKE_HINTS[@]}"}" \
         ${flags:+"-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_CUDA_FLAGS=$flags"} > "$LOGDIR/configure.log" 2>&1; then
     grep -E "cuDNN|CUDA backend|CIFAR" "$LOGDIR/configure.log" || true
@@ -218,9 +317,12 @@ section_configure() {
 }
 
 section_build() {
-  say "build ($(nproc) jobs)"
-  local t0; t0=$(date +%s)
-  if run_limited 150 cmake --build "$BUILD" --parallel "$(nproc)" > "$LOGDIR/build.log" 2>&1; then
+  local targets=(engine_cuda_tests trainer bench_kernels bench_train)
+  say "build ($(nproc) jobs): ${targets[*]}"
+  local t0 rc=0; t0=$(date +%s)
+  run_capped "$(cap_of build)" cmake --build "$BUILD" --parallel "$(nproc)" --target "${targets[@]}" \
+      > "$LOGDIR/build.log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
     local warnings; warnings=$(grep -c -i "warning" "$LOGDIR/build.log" || true)
     echo "built; $warnings warning lines (see build.log)"
     grep -i -A3 "warning" "$LOGDIR/build.log" | head -30 || true
@@ -228,8 +330,19 @@ section_build() {
   else
     grep -E "error|FAILED" -A5 "$LOGDIR/build.log" | head -80
     tail -20 "$LOGDIR/build.log"
-    record build FAILED "see build.log"; return 1
+    record build "$(verdict_for "$rc")" "rc $rc after $(( $(date +%s) - t0 )) s, see build.log"; return 1
   fi
+}
+
+LIBRARY_VERSIONS=""
+section_versions() {
+  say "library versions: loaded vs built with"
+  local rc=0
+  run_capped "$(cap_of versions)" "$BUILD/trainer" --version > "$LOGDIR/versions.log" 2>&1 || rc=$?
+  cat "$LOGDIR/versions.log"
+  LIBRARY_VERSIONS=$(grep -E "^(CUDA runtime|cuBLASLt|cuDNN)" "$LOGDIR/versions.log" | sed 's/  */ /g' | paste -sd ';' -)
+  if [ "$rc" = 0 ] && ! grep -q "MISMATCH" "$LOGDIR/versions.log"; then record versions ok "$LIBRARY_VERSIONS"
+  else record versions "$(verdict_for "$rc")" "rc $rc: ${LIBRARY_VERSIONS:-see versions.log}"; fi
 }
 
 # Counts passed/failed/skipped from a CTest JUnit file.
@@ -249,74 +362,51 @@ print(p, f, s)
 PY
 }
 
-TEST_COUNTS="0 0 0"
-section_tests() {
+TEST_COUNTS=""
+section_cuda_tests() {
+  say "the [cuda] tests (CUDA_LAUNCH_BLOCKING=1)"
+  local t0 rc=0; t0=$(date +%s)
+  CUDA_LAUNCH_BLOCKING=1 run_capped "$(cap_of cuda_tests)" "$BUILD/engine_cuda_tests" --durations yes \
+      > "$LOGDIR/cuda_tests.log" 2>&1 || rc=$?
+  # Failures in full (Catch2 prints them between rules), then the totals.
+  grep -v -E "^[0-9.]+ s: " "$LOGDIR/cuda_tests.log" | tail -150
+  local totals; totals=$(grep -E "^(All tests passed|test cases:)" "$LOGDIR/cuda_tests.log" | tail -1)
+  TEST_COUNTS="[cuda] ${totals:-no Catch2 totals}"
+  if [ "$rc" = 77 ]; then record cuda_tests FAILED "$(grep -o 'SKIPPED.*' "$LOGDIR/cuda_tests.log" | head -1)"
+  elif [ "$rc" = 0 ] && [ -n "$totals" ]; then record cuda_tests ok "$totals ($(( $(date +%s) - t0 )) s)"
+  else record cuda_tests "$(verdict_for "$rc")" "rc $rc: ${totals:-no Catch2 totals (crash or timeout)}"; fi
+}
+
+section_cpu_tests() {
   say "ctest: the CPU suite"
-  local t0; t0=$(date +%s)
-  local rc1=0 rc2=0
-  local exclude="cuda_tests${GPU_CHECK_CTEST_EXCLUDE:+|$GPU_CHECK_CTEST_EXCLUDE}"
-  run_limited 120 ctest --test-dir "$BUILD" --output-on-failure --parallel "$(nproc)" -E "$exclude" \
-      --timeout 240 --output-junit "$LOGDIR/ctest_cpu.xml" > "$LOGDIR/ctest_cpu.log" 2>&1 || rc1=$?
-  grep -E "tests passed|tests failed|\*\*\*|Failed|Skipped|Total Test time" "$LOGDIR/ctest_cpu.log" | tail -40
-  say "ctest: the [cuda] tests (verbose)"
-  run_limited 60 ctest --test-dir "$BUILD" -R '^cuda_tests$' -V --timeout 300 \
-      --output-junit "$LOGDIR/ctest_cuda.xml" > "$LOGDIR/ctest_cuda.log" 2>&1 || rc2=$?
-  # The Catch2 report: failures in full, then the totals.
-  sed -n '/^[0-9]*: ---*$/,$p' "$LOGDIR/ctest_cuda.log" | grep -v "^[0-9]*: *$" | tail -150
-  grep -E "test cases|SKIPPED|tests passed|tests failed" "$LOGDIR/ctest_cuda.log" | tail -5
-  local a b
-  a=$(junit_counts "$LOGDIR/ctest_cpu.xml"); b=$(junit_counts "$LOGDIR/ctest_cuda.xml")
-  # shellcheck disable=SC2086
-  TEST_COUNTS=$(echo $a $b | awk '{print $1+$4, $2+$5, $3+$6}')
-  CUDA_CASES=$(grep -E "^[0-9]*: (All tests passed|test cases:)" "$LOGDIR/ctest_cuda.log" | tail -1 | sed 's/^[0-9]*: //')
-  local p f s
-  read -r p f s <<< "$TEST_COUNTS"
-  local detail="passed $p, failed $f, skipped $s ($(( $(date +%s) - t0 )) s)"
-  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$f" = 0 ]; then
-    if grep -q "SKIPPED: \[cuda\]" "$LOGDIR/ctest_cuda.log"; then record ctest FAILED "$detail; [cuda] tests SKIPPED: no device?"
-    else record ctest ok "$detail"; fi
-  else
-    record ctest FAILED "$detail (rc cpu $rc1, cuda $rc2)"
-  fi
-  local why_skipped
-  why_skipped=$(grep -o "SKIPPED: \[cuda\].*" "$LOGDIR/ctest_cuda.log" | head -1)
-  if [ -n "$why_skipped" ]; then record cuda_tests FAILED "$why_skipped"
-  elif [ "$rc2" = 0 ] && [ -n "${CUDA_CASES:-}" ]; then record cuda_tests ok "$CUDA_CASES"
-  else record cuda_tests FAILED "${CUDA_CASES:-no Catch2 totals (crash or timeout?)}"; fi
+  local rc=0
+  run_capped 200 cmake --build "$BUILD" --parallel "$(nproc)" > "$LOGDIR/build_all.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then record cpu_tests "$(verdict_for "$rc")" "build of the CPU suite: rc $rc"; return 0; fi
+  run_capped "$(cap_of cpu_tests)" ctest --test-dir "$BUILD" --output-on-failure --parallel "$(nproc)" -E '^cuda_tests$' \
+      --timeout 240 --output-junit "$LOGDIR/ctest_cpu.xml" > "$LOGDIR/ctest_cpu.log" 2>&1 || rc=$?
+  grep -E "tests passed|tests failed|\*\*\*|Failed|Total Test time" "$LOGDIR/ctest_cpu.log" | tail -40
+  local p f s; read -r p f s <<< "$(junit_counts "$LOGDIR/ctest_cpu.xml")"
+  if [ "$rc" = 0 ]; then record cpu_tests ok "passed $p, failed $f, skipped $s"
+  else record cpu_tests "$(verdict_for "$rc")" "rc $rc: passed $p, failed $f, skipped $s"; fi
 }
 
-section_sanitizer() {
-  say "compute-sanitizer on the [sanitize] tests"
-  if ! command -v compute-sanitizer >/dev/null 2>&1; then record sanitizer skipped "compute-sanitizer not installed"; return 0; fi
-  local bin="$BUILD/engine_cuda_tests"
-  if [ ! -x "$bin" ]; then record sanitizer FAILED "no $bin"; return 1; fi
-  local tool verdicts="" bad=0 ran=0 rc
-  local avail=$(( $(left) - 20 ))
-  if [ "$avail" -lt 60 ]; then record sanitizer skipped "no time left in the budget"; return 0; fi
-  local cap=$(( avail / 2 ))  # two tools share what is left
-  for tool in memcheck racecheck; do
-    local spec="[sanitize]"
-    [ "$tool" = racecheck ] && spec="[sanitize]~cuBLASLt*"  # our shared-memory kernels only
-    rc=0
-    timeout --kill-after=5 "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$bin" "$spec" \
-        > "$LOGDIR/sanitizer_$tool.log" 2>&1 || rc=$?
-    tail -6 "$LOGDIR/sanitizer_$tool.log"
-    # gVisor machines refuse the sanitizer outright ("Device not supported"): not our failure.
-    if grep -q -E "Device not supported|not supported on this|Unable to find injection|No attachable process" \
-         "$LOGDIR/sanitizer_$tool.log"; then
-      verdicts="$verdicts $tool unsupported on this machine;"
-    elif [ "$rc" = 0 ]; then verdicts="$verdicts $tool clean;"; ran=1
-    elif [ "$rc" = 124 ]; then verdicts="$verdicts $tool incomplete (over its ${cap} s share);"  # slow, not wrong
-    else verdicts="$verdicts $tool rc $rc (see sanitizer_$tool.log);"; bad=1
-    fi
-  done
-  if [ "$bad" = 1 ]; then record sanitizer FAILED "${verdicts# }"
-  elif [ "$ran" = 1 ]; then record sanitizer ok "${verdicts# }"
-  else record sanitizer skipped "${verdicts# }"; fi
+sanitize_with() {  # sanitize_with SECTION TOOL SPEC
+  local name="$1" tool="$2" spec="$3" rc=0
+  say "compute-sanitizer $tool on $spec"
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then record "$name" skipped "compute-sanitizer not installed"; return 0; fi
+  run_capped "$(cap_of "$name")" compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/engine_cuda_tests" "$spec" \
+      > "$LOGDIR/sanitizer_$tool.log" 2>&1 || rc=$?
+  tail -6 "$LOGDIR/sanitizer_$tool.log"
+  # gVisor machines refuse the sanitizer outright ("Device not supported"): not our failure.
+  if grep -q -E "Device not supported|not supported on this|Unable to find injection|No attachable process" \
+       "$LOGDIR/sanitizer_$tool.log"; then record "$name" skipped "$tool unsupported on this machine"
+  elif [ "$rc" = 0 ]; then record "$name" ok "$tool clean"
+  elif [ "$rc" = 124 ] || [ "$rc" = 125 ]; then record "$name" not-run "$tool incomplete (over its time; slow, not wrong)"
+  else record "$name" FAILED "$tool rc $rc (see sanitizer_$tool.log)"; fi
 }
+section_sanitizer() { sanitize_with sanitizer memcheck "[sanitize]"; }
+section_racecheck() { sanitize_with racecheck racecheck "[sanitize]~cuBLASLt*"; }  # our shared-memory kernels
 
-# The default recipe (simplecnn, Adam 1e-3, batch 256, 10 epochs) in each precision on the
-# GPU: test accuracy, images/s and peak device memory from the trainer's JSON summary.
 # The trainer's data flags: the CIFAR-10 JPEG copy (unpacked once from .gpu_deps), else synthetic.
 DATA_ARGS=() DATA_WHERE=""
 ensure_data() {
@@ -329,70 +419,75 @@ ensure_data() {
   fi
 }
 
-section_train() {
-  say "trainer: the default recipe in fp32, fp16, bf16"
-  ensure_data
-  local data_args=("${DATA_ARGS[@]}") where="$DATA_WHERE"
-  local p rows="" bad=0
-  for p in fp32 fp16 bf16; do
-    local log="$LOGDIR/train_$p.jsonl" rc=0
-    rm -f "$log"
-    run_limited 90 "$BUILD/trainer" --device cuda --precision "$p" "${data_args[@]}" --log "$log" \
-        > "$LOGDIR/train_$p.log" 2>&1 || rc=$?
-    tail -12 "$LOGDIR/train_$p.log"
-    local line; line=$(grep '"event":"summary"' "$log" 2>/dev/null | tail -1)
-    if [ "$rc" != 0 ] || [ -z "$line" ]; then rows="$rows $p: FAILED (rc $rc);"; bad=1; continue; fi
-    rows="$rows $(python3 - "$line" "$p" <<'PY'
+summary_of() {  # summary_of JSONL PRECISION: one line from the trainer's JSON summary
+  python3 - "$1" "$2" <<'PY'
 import json, sys
-s = json.loads(sys.argv[1])
+line = [l for l in open(sys.argv[1]) if '"event":"summary"' in l][-1]
+s = json.loads(line)
 print(f"{sys.argv[2]} {s['test_accuracy']:.2f}% {s['images_per_s']:.0f} img/s {s['peak_bytes'] / 2**20:.0f} MiB;")
 PY
-)"
-  done
-  if [ "$bad" = 0 ]; then record train ok "${where}:${rows}"; else record train FAILED "${where}:${rows}"; fi
 }
 
-# The PyTorch side-by-side on the same data and recipe (the engine's decoded cache, data on
-# the GPU): eager AMP and torch.compile AMP for simplecnn, then the comparison table against
-# the trainer's fp32/fp16 logs from section_train.
-section_pytorch() {
-  say "PyTorch side-by-side (simplecnn, default recipe)"
+# The default recipe in each precision, EPOCHS epochs: test accuracy, images/s, peak memory.
+section_train() {
+  say "trainer: the default recipe in $PRECISIONS, $EPOCHS epochs"
+  ensure_data
+  local p rows="" verdict=ok cap per
+  cap=$(cap_of train)
+  per=$(( cap / $(echo "$PRECISIONS" | wc -w) ))
+  for p in $PRECISIONS; do
+    local log="$LOGDIR/train_$p.jsonl" rc=0
+    rm -f "$log"
+    run_capped "$per" "$BUILD/trainer" --device cuda --precision "$p" --epochs "$EPOCHS" "${DATA_ARGS[@]}" \
+        --log "$log" > "$LOGDIR/train_$p.log" 2>&1 || rc=$?
+    tail -8 "$LOGDIR/train_$p.log"
+    if [ "$rc" = 0 ] && grep -q '"event":"summary"' "$log" 2>/dev/null; then rows="$rows $(summary_of "$log" "$p")"
+    else
+      local v; v=$(verdict_for "$rc"); rows="$rows $p: $v (rc $rc);"
+      [ "$v" = FAILED ] && verdict=FAILED
+      [ "$v" = not-run ] && [ "$verdict" = ok ] && verdict=not-run
+    fi
+  done
+  record train "$verdict" "${DATA_WHERE}:${rows}"
+}
+
+# PyTorch on the same data and recipe (the engine's decoded cache, data on the GPU), then the
+# comparison table against section_train's logs. MODE: eager or compile.
+pytorch_side_by_side() {
+  local name="$1" mode="$2"
+  say "PyTorch $mode AMP side-by-side (simplecnn, $EPOCHS epochs)"
   if ! python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
-    record pytorch skipped "no PyTorch with CUDA here"; return 0
+    record "$name" skipped "no PyTorch with CUDA here"; return 0
   fi
-  local cache_args=(--synthetic 20000)
+  local cache_args=(--synthetic 20000) extra=() rc=0 out="$LOGDIR/pytorch_$mode.json"
   local u8; u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
   [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
-  local mode rc verdict="" bad=0 jsons=()
-  for mode in eager compile; do
-    local extra=() out="$LOGDIR/pytorch_$mode.json"
-    [ "$mode" = compile ] && extra=(--compile)
-    rc=0
-    run_limited 60 python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model simplecnn --precision amp-fp16 \
-        --data-mode gpu "${cache_args[@]}" --tf32 off "${extra[@]}" --json "$out" > "$LOGDIR/pytorch_$mode.log" 2>&1 || rc=$?
-    tail -5 "$LOGDIR/pytorch_$mode.log"
-    if [ "$rc" = 0 ] && [ -f "$out" ]; then jsons+=("$out"); verdict="$verdict $mode ok;"
-    else verdict="$verdict $mode rc $rc;"; bad=1; fi
-  done
-  local ours=()
+  [ "$mode" = compile ] && extra=(--compile)
+  run_capped "$(cap_of "$name")" python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model simplecnn \
+      --precision amp-fp16 --epochs "$EPOCHS" --data-mode gpu "${cache_args[@]}" --tf32 off "${extra[@]+"${extra[@]}"}" \
+      --json "$out" > "$LOGDIR/pytorch_$mode.log" 2>&1 || rc=$?
+  tail -5 "$LOGDIR/pytorch_$mode.log"
+  local ours=() f
   for f in "$LOGDIR"/train_fp32.jsonl "$LOGDIR"/train_fp16.jsonl; do [ -f "$f" ] && ours+=("$f"); done
-  if [ ${#ours[@]} -gt 0 ] && [ ${#jsons[@]} -gt 0 ]; then
-    python3 "$ROOT/bench/compare.py" "${ours[@]}" "${jsons[@]}" --json "$LOGDIR/compare.json" | tee "$LOGDIR/compare.md"
+  if [ "$rc" = 0 ] && [ -f "$out" ] && [ ${#ours[@]} -gt 0 ]; then
+    python3 "$ROOT/bench/compare.py" "${ours[@]}" "$out" --json "$LOGDIR/compare_$mode.json" | tee "$LOGDIR/compare_$mode.md"
   fi
-  if [ "$bad" = 0 ]; then record pytorch ok "${verdict# }"; else record pytorch FAILED "${verdict# }"; fi
+  if [ "$rc" = 0 ]; then record "$name" ok "$mode AMP ran; table in compare_$mode.md"
+  else record "$name" "$(verdict_for "$rc")" "$mode rc $rc (see pytorch_$mode.log)"; fi
 }
+section_pytorch() { pytorch_side_by_side pytorch eager; }
+section_compile() { pytorch_side_by_side compile compile; }
 
-# The kernel benchmark (our linear/conv vs direct cuBLASLt/cuDNN calls, memory-bound kernels vs
-# copy bandwidth) and the training-step benchmark (simplecnn, resnet9, resnet18 x fp32/fp16/bf16).
-# Quick mode when little time is left; the summary row gives the ratio ranges.
+# Our linear/conv vs direct cuBLASLt/cuDNN calls, memory-bound kernels vs copy bandwidth (quick
+# mode), and the training-step benchmark; the summary row gives the ratio ranges.
 section_bench() {
-  say "benchmarks: bench_kernels and bench_train on the GPU"
-  local quick=() rc1=0 rc2=0
-  [ "$(left)" -lt 240 ] && quick=(--quick)
-  run_limited 90 "$BUILD/bench_kernels" --device cuda "${quick[@]+"${quick[@]}"}" --json "$LOGDIR/bench_kernels.json" \
+  say "benchmarks: bench_kernels --quick and bench_train on the GPU"
+  local rc1=0 rc2=0 cap half
+  cap=$(cap_of bench); half=$((cap / 2))
+  run_capped "$half" "$BUILD/bench_kernels" --device cuda --quick --json "$LOGDIR/bench_kernels.json" \
       > "$LOGDIR/bench_kernels.log" 2>&1 || rc1=$?
-  grep -E "^ +(gemm|conv) .* fwd|copy of 1 GiB" "$LOGDIR/bench_kernels.log" | head -20
-  run_limited 60 "$BUILD/bench_train" --device cuda --steps 20 --json "$LOGDIR/bench_train.json" \
+  grep -E "^ +(gemm|conv) .* fwd|copy of" "$LOGDIR/bench_kernels.log" | head -20
+  run_capped "$half" "$BUILD/bench_train" --device cuda --steps 20 --json "$LOGDIR/bench_train.json" \
       > "$LOGDIR/bench_train.log" 2>&1 || rc2=$?
   tail -16 "$LOGDIR/bench_train.log"
   local detail
@@ -425,22 +520,23 @@ except Exception as e:
 print("; ".join(out))
 PY
 )
-  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ]; then record bench ok "$detail"
-  else record bench FAILED "rc bench_kernels $rc1, bench_train $rc2; $detail"; fi
+  local v1 v2; v1=$(verdict_for "$rc1"); v2=$(verdict_for "$rc2")
+  if [ "$v1" = ok ] && [ "$v2" = ok ]; then record bench ok "$detail"
+  elif [ "$v1" = FAILED ] || [ "$v2" = FAILED ]; then record bench FAILED "rc bench_kernels $rc1, bench_train $rc2; $detail"
+  else record bench not-run "out of time (rc $rc1, $rc2); $detail"; fi
 }
 
-# A ResNet side by side, short: resnet9 for 4 epochs with augmentation in our fp32 and fp16 and
-# PyTorch eager AMP (the FP16-vs-FP32 speed/memory claim on a ResNet; accuracy after 4 epochs).
+# resnet9 for 4 epochs with augmentation in our fp32 and fp16 and PyTorch eager AMP (the
+# FP16-vs-FP32 speed/memory claim on a ResNet; accuracy after 4 epochs).
 section_resnet() {
   say "resnet9: 4 epochs, ours fp32/fp16 vs PyTorch eager AMP"
-  if [ "$(left)" -lt 150 ]; then record resnet skipped "under 150 s left in the budget"; return 0; fi
   ensure_data
-  local data_args=("${DATA_ARGS[@]}")
-  local p rc bad=0 files=()
+  local p rc bad=0 files=() per
+  per=$(( $(cap_of resnet) / 3 ))
   for p in fp32 fp16; do
     rc=0
-    run_limited 60 "$BUILD/trainer" --device cuda --model resnet9 --precision "$p" --epochs 4 --augment \
-        "${data_args[@]}" --log "$LOGDIR/resnet9_$p.jsonl" > "$LOGDIR/resnet9_$p.log" 2>&1 || rc=$?
+    run_capped "$per" "$BUILD/trainer" --device cuda --model resnet9 --precision "$p" --epochs 4 --augment \
+        "${DATA_ARGS[@]}" --log "$LOGDIR/resnet9_$p.jsonl" > "$LOGDIR/resnet9_$p.log" 2>&1 || rc=$?
     tail -3 "$LOGDIR/resnet9_$p.log"
     if [ "$rc" = 0 ]; then files+=("$LOGDIR/resnet9_$p.jsonl"); else bad=1; fi
   done
@@ -449,7 +545,7 @@ section_resnet() {
     u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
     [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
     rc=0
-    run_limited 30 python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model resnet9 --precision amp-fp16 \
+    run_capped "$per" python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model resnet9 --precision amp-fp16 \
         --epochs 4 --augment --data-mode gpu "${cache_args[@]}" --tf32 off --json "$LOGDIR/pytorch_resnet9.json" \
         > "$LOGDIR/pytorch_resnet9.log" 2>&1 || rc=$?
     tail -3 "$LOGDIR/pytorch_resnet9.log"
@@ -458,38 +554,31 @@ section_resnet() {
   [ ${#files[@]} -gt 0 ] && python3 "$ROOT/bench/compare.py" "${files[@]}" > "$LOGDIR/compare_resnet9.md" 2>&1
   cat "$LOGDIR/compare_resnet9.md" 2>/dev/null
   if [ "$bad" = 0 ]; then record resnet ok "${#files[@]} runs, table in compare_resnet9.md"
-  else record resnet FAILED "a run failed (see resnet9_*.log, pytorch_resnet9.log)"; fi
+  else record resnet FAILED "a run failed or ran out of time (see resnet9_*.log, pytorch_resnet9.log)"; fi
 }
 
-SECTIONS=(section_env section_configure section_build section_tests section_train section_pytorch section_bench
-          section_resnet section_sanitizer)
-
-# GPU_CHECK_ONLY="train bench" runs just those sections (after env, configure and build, which
-# always run; an incremental build is quick when the build folder is still there).
-if [ -n "${GPU_CHECK_ONLY:-}" ]; then
-  kept=()
-  for s in "${SECTIONS[@]}"; do
-    case " env configure build ${GPU_CHECK_ONLY} " in *" ${s#section_} "*) kept+=("$s") ;; esac
-  done
-  SECTIONS=("${kept[@]}")
-fi
-
-for s in "${SECTIONS[@]}"; do
-  if [ "$(left)" -lt 15 ]; then record "${s#section_}" FAILED "out of time budget (${BUDGET} s)"; break; fi
-  if ! "$s"; then
-    # A section that cannot proceed stops the ones depending on it.
-    case "$s" in section_env|section_configure|section_build) break ;; esac
+# ---- run the plan ------------------------------------------------------------------------------
+deps_line
+for row in "${PLAN[@]}"; do
+  name="${row%%|*}"
+  if [ "$(left)" -lt 10 ]; then record "$name" not-run "out of the ${BUDGET} s budget"; continue; fi
+  if ! "section_$name"; then
+    # A section the others depend on stops them; they are reported not-run.
+    case "$name" in
+      env|configure|build)
+        for later in "${PLAN[@]}"; do
+          n="${later%%|*}"
+          printf '%s\n' "${SUMMARY[@]}" | grep -q "^$n|" || record "$n" not-run "needs $name"
+        done
+        break ;;
+    esac
   fi
 done
 
 # ---- logs back and the summary ---------------------------------------------------------------
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  for f in configure.log build.log ctest_cpu.log ctest_cuda.log sanitizer_memcheck.log sanitizer_racecheck.log \
-           train_fp32.log train_fp16.log train_bf16.log train_fp32.jsonl train_fp16.jsonl train_bf16.jsonl \
-           pytorch_eager.log pytorch_compile.log pytorch_eager.json pytorch_compile.json compare.md compare.json \
-           bench_kernels.log bench_kernels.json bench_train.log bench_train.json resnet9_fp32.log resnet9_fp16.log \
-           resnet9_fp32.jsonl resnet9_fp16.jsonl pytorch_resnet9.log pytorch_resnet9.json compare_resnet9.md; do
-    [ -f "$LOGDIR/$f" ] && tail -c 4000000 "$LOGDIR/$f" > "$OUT/$f"
+  for f in "$LOGDIR"/*; do
+    [ -f "$f" ] && tail -c 4000000 "$f" > "$OUT/$(basename "$f")"
   done
 fi
 commit="${GPU_CHECK_COMMIT:-}"
@@ -497,17 +586,17 @@ if [ -z "$commit" ]; then
   commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git; set GPU_CHECK_COMMIT)")
   if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
 fi
-read -r P F S <<< "$TEST_COUNTS"
 # The comparison tables (ours vs PyTorch, and each precision vs its own FP32), then the summary.
-for f in compare.md compare_resnet9.md; do
+for f in compare_eager.md compare_compile.md compare_resnet9.md; do
   if [ -s "$LOGDIR/$f" ]; then say "comparison: $f"; cat "$LOGDIR/$f"; fi
 done
 say "gpu_check summary"
-printf '%-12s %s\n' commit "$commit"
+printf '| %-10s | %-8s | %s |\n' section verdict detail
+printf '|%s|%s|%s|\n' "------------" "----------" "--------"
+printf '| %-10s | %-8s | %s |\n' commit "" "$commit"
 for row in "${SUMMARY[@]}"; do
   IFS='|' read -r name verdict detail <<< "$row"
-  printf '%-12s %-8s %s\n' "$name" "$verdict" "$detail"
+  printf '| %-10s | %-8s | %s |\n' "$name" "$verdict" "$detail"
 done
-printf '%-12s passed %s, failed %s, skipped %s\n' tests "$P" "$F" "$S"
-printf '%-12s %s s (budget %s s)\n' "wall time" "$(( $(date +%s) - START ))" "$BUDGET"
+printf '| %-10s | %-8s | %s s of %s s |\n' "wall time" "" "$(( $(date +%s) - START ))" "$BUDGET"
 if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; exit 0; else echo "RESULT: FAIL"; exit 1; fi

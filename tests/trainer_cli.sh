@@ -33,6 +33,15 @@ expect 1 "bad device 'tpu'" -- --device tpu
 expect 1 "cannot open checkpoint" -- --resume "$work/missing.ckpt" --device cpu --synthetic --synthetic-size 100
 if "$trainer" --help | grep -q -- "--precision P"; then pass "--help lists the flags"; else fail "--help"; fi
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
+expect 2 "--deterministic takes no value" -- --deterministic=1
+# --version: the build, and in a CUDA build the loaded vs built library versions.
+ver=$("$trainer" --version 2>&1); rc=$?
+if [ "$rc" = 0 ] && grep -q "CUDA backend" <<<"$ver" && { ! grep -q "CUDA backend built" <<<"$ver" ||
+     grep -q "cuDNN: *loaded [0-9]*, built with [0-9]" <<<"$ver"; }; then pass "--version: $(tr '\n' ';' <<<"$ver")"
+else fail "--version -> exit $rc: $ver"; fi
+# --deterministic is accepted (a no-op on the CPU, which repeats bit for bit anyway).
+if "$trainer" --device cpu --synthetic --synthetic-size 100 --batch-size 50 --max-steps 1 --deterministic --threads 2 \
+     >/dev/null 2>&1; then pass "--deterministic runs"; else fail "--deterministic"; fi
 
 # Gradient clipping: the log line and the JSON log carry the (pre-clipping) global norm.
 out=$("$trainer" --device cpu --synthetic --synthetic-size 300 --batch-size 64 --max-steps 2 --log-every 1 \
