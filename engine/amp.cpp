@@ -248,10 +248,14 @@ void LossScaler::update() {
                                  reinterpret_cast<long long*>(dev_->consecutive.data<int64_t>()),
                                  dev_->found_inf.data<int32_t>(), p, cuda_stream());
     if (config_.max_consecutive_skips > 0) {
-      // The count as of an earlier update, if its copy has landed; then send this one's.
+      // The count as of an earlier update, once its copy has landed; only then send this one's
+      // (re-posting every step would move the event ahead of a GPU that runs behind the host,
+      // and the guard would never see a landed copy).
       int64_t seen = 0;
-      if (dev_->consecutive_seen.poll(&seen)) check_skip_limit(seen);
-      dev_->consecutive_seen.post(dev_->consecutive.data<int64_t>(), cuda_stream());
+      const bool landed = dev_->consecutive_seen.poll(&seen);
+      if (landed) check_skip_limit(seen);
+      if (landed || !dev_->consecutive_seen.posted())
+        dev_->consecutive_seen.post(dev_->consecutive.data<int64_t>(), cuda_stream());
     }
 #endif
     return;

@@ -67,7 +67,8 @@ class LossScaler {
   // On a CUDA device the state lives in device memory and these read it (a host wait):
   // call them to log, not inside the step. There update() checks max_consecutive_skips
   // against a copy of the counter that the device sends back asynchronously (no wait), so
-  // the abort can come a step or two late; skipped steps change nothing meanwhile.
+  // the abort comes as late as the GPU runs behind the host, plus a step or two; skipped steps
+  // change nothing meanwhile.
   double current_scale() const;
   bool found_inf() const;
   int64_t growth_tracker() const;

@@ -27,7 +27,8 @@ class Optimizer {
   // wait). Parameters with no gradient (unused in the forward pass) are left alone on both
   // backends, as in PyTorch: no weight decay, no momentum, no Adam moments move them.
   StepResult step(double inv_scale = 1.0);
-  // Whether the last step() skipped for inf/NaN; on CUDA it reads the device flag (a wait).
+  // Whether the last standalone step() skipped for inf/NaN; on CUDA it reads the device flag
+  // (a wait). Steps driven by a LossScaler report through LossScaler::found_inf().
   bool last_step_skipped() const;
   // The parts of step(), for the loss scaler: the found-inf check, the update itself (no
   // check), and the squared L2 norm of all gradients times inv_scale (for clipping).

@@ -887,3 +887,11 @@ TEST_CASE("relu, gelu, add and scale in FP16/BF16 round the float result once", 
 }
 
 }  // namespace
+
+TEST_CASE("max_pool2d in FP64 tells apart values that FP32 would call equal", "[ref]") {
+  // 1 + 2^-40 rounds to 1 in FP32: a comparison in float would see a tie and keep the first.
+  const double hi = 1.0 + std::ldexp(1.0, -40);
+  check_maxpool({1.0, hi, 1.0, 1.0}, 1, 2, 2, 1, 2, 2, 0, DType::F64);
+  Tensor y = engine::max_pool2d(Tensor::from_vector({1.0, hi, 1.0, 1.0}, {1, 2, 2, 1}, DType::F64), 2, 2, 0);
+  CHECK(y.to_vector() == Vec{hi});
+}

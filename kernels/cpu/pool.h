@@ -24,7 +24,9 @@ template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y
   {
     // Taps outer, channels inner: each tap is a contiguous run of c values, and the
     // comparison is a branch-free select per channel (random data would defeat a predictor).
-    std::vector<float> best(static_cast<size_t>(s.c));
+    // Compared in acc_t<T>: FP32 for the training dtypes (exact for them), FP64 for FP64.
+    using A = acc_t<T>;
+    std::vector<A> best(static_cast<size_t>(s.c));
     std::vector<int32_t> best_at(static_cast<size_t>(s.c));
 #pragma omp for collapse(2)
     for (int64_t b = 0; b < s.n; ++b) {
@@ -41,14 +43,14 @@ template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y
               const int32_t at = static_cast<int32_t>(ih * s.w + iw);
               if (first) {
                 for (int64_t ch = 0; ch < s.c; ++ch) {
-                  best[ch] = static_cast<float>(load_simd(tap[ch]));
+                  best[ch] = static_cast<A>(load_simd(tap[ch]));
                   best_at[ch] = at;
                 }
                 first = false;
                 continue;
               }
               for (int64_t ch = 0; ch < s.c; ++ch) {
-                const float v = static_cast<float>(load_simd(tap[ch]));
+                const A v = static_cast<A>(load_simd(tap[ch]));
                 // Strictly greater keeps the first of equal values; a NaN wins and stays.
                 const bool take = v > best[ch] || (v != v && best[ch] == best[ch]);
                 best[ch] = take ? v : best[ch];

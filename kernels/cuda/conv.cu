@@ -130,28 +130,36 @@ template <class Perf> void append(std::vector<Cand>& out, const Perf* p, int cou
         Cand{static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].mathType, p[i].determinism, p[i].time});
 }
 
-std::vector<Cand> heuristic_candidates(Dir dir, cudnnHandle_t h, const Descs& d) {
+// Both queries report a refusal in *st (no throw): a shape cuDNN will not even rank still has
+// the fallbacks ahead of it.
+#define CONV_QUERY(call)                 \
+  do {                                   \
+    *st = (call);                        \
+    if (*st != CUDNN_STATUS_SUCCESS) return out; \
+  } while (0)
+
+std::vector<Cand> heuristic_candidates(Dir dir, cudnnHandle_t h, const Descs& d, cudnnStatus_t* st) {
   std::vector<Cand> out;
   int max = 0, got = 0;
   switch (dir) {
     case Dir::Fwd: {
-      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, max, &got, p.data()));
+      CONV_QUERY(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, max, &got, p.data()));
       append(out, p.data(), got);
       break;
     }
     case Dir::BwdData: {
-      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, max, &got, p.data()));
+      CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, max, &got, p.data()));
       append(out, p.data(), got);
       break;
     }
     case Dir::BwdFilter: {
-      CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(
+      CONV_QUERY(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, max, &got, p.data()));
       append(out, p.data(), got);
       break;
@@ -162,36 +170,45 @@ std::vector<Cand> heuristic_candidates(Dir dir, cudnnHandle_t h, const Descs& d)
 
 // in0/in1/out: fwd (x, w, y); bwd-data (gy, w, gx); bwd-filter (x, gy, gw).
 std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const void* in0, const void* in1,
-                                       void* out, void* ws, size_t ws_bytes) {
-  std::vector<Cand> res;
+                                       void* out_buf, void* ws, size_t ws_bytes, cudnnStatus_t* st) {
+  std::vector<Cand> out;
   int max = 0, got = 0;
   switch (dir) {
     case Dir::Fwd: {
-      CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, in0, d.w.d, in1, d.conv.d, d.y.d, out, max, &got,
-                                                         p.data(), ws, ws_bytes));
-      append(res, p.data(), got);
+      CONV_QUERY(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, in0, d.w.d, in1, d.conv.d, d.y.d, out_buf, max,
+                                                        &got, p.data(), ws, ws_bytes));
+      append(out, p.data(), got);
       break;
     }
     case Dir::BwdData: {
-      CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, in1, d.y.d, in0, d.conv.d, d.x.d, out, max,
-                                                              &got, p.data(), ws, ws_bytes));
-      append(res, p.data(), got);
+      CONV_QUERY(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, in1, d.y.d, in0, d.conv.d, d.x.d, out_buf, max,
+                                                             &got, p.data(), ws, ws_bytes));
+      append(out, p.data(), got);
       break;
     }
     case Dir::BwdFilter: {
-      CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+      CONV_QUERY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
-      CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, in0, d.y.d, in1, d.conv.d, d.w.d, out, max,
-                                                                &got, p.data(), ws, ws_bytes));
-      append(res, p.data(), got);
+      CONV_QUERY(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, in0, d.y.d, in1, d.conv.d, d.w.d, out_buf,
+                                                               max, &got, p.data(), ws, ws_bytes));
+      append(out, p.data(), got);
       break;
     }
   }
-  return res;
+  return out;
+}
+#undef CONV_QUERY
+
+int algo_count(Dir dir, cudnnHandle_t h) {
+  int max = 0;
+  const cudnnStatus_t st = dir == Dir::Fwd       ? cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max)
+                           : dir == Dir::BwdData ? cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max)
+                                                 : cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max);
+  return st == CUDNN_STATUS_SUCCESS ? max : 0;
 }
 
 cudnnStatus_t workspace_size(Dir dir, cudnnHandle_t h, const Descs& d, int algo, size_t* bytes) {
@@ -346,28 +363,32 @@ bool conv_unpadded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, const void
   const cudnnMathType_t query_math = fp32 ? (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
   if (first == ConvRoute::Search && search == ConvAlgoSearch::Heuristic) {
     CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
-    const std::vector<Cand> cands = heuristic_candidates(dir, h, d);
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    const std::vector<Cand> cands = heuristic_candidates(dir, h, d, &st);
     if (try_candidates(dir, h, d, dims, dt, tf32, det, cands, ConvRoute::Search, key, in0, in1, out, tried))
       return true;
-    tried << " (heuristics: " << cands.size() << " candidates)";
+    tried << " (heuristics: " << cands.size() << " candidates, " << cudnnGetErrorString(st) << ")";
   }
   if (first == ConvRoute::Padded) return false;
   // The measured search: cudnnFind runs every algorithm on these buffers (it writes `out`,
-  // which the convolution overwrites anyway) with the largest workspace under the limit that
-  // a heuristic candidate asked for.
+  // which the convolution overwrites anyway) with the largest workspace, under the limit, that
+  // any algorithm asks for this shape (asked of each algorithm, not only the heuristics' picks).
   CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
   size_t ws_bytes = 0;
-  for (const Cand& c : heuristic_candidates(dir, h, d))
-    if (c.status == CUDNN_STATUS_SUCCESS && c.memory <= conv_workspace_limit() && c.memory > ws_bytes)
-      ws_bytes = c.memory;
+  for (int algo = 0; algo < algo_count(dir, h); ++algo) {
+    size_t need = 0;
+    if (workspace_size(dir, h, d, algo, &need) == CUDNN_STATUS_SUCCESS && need <= conv_workspace_limit())
+      ws_bytes = std::max(ws_bytes, need);
+  }
   std::vector<Cand> measured;
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   {
     Workspace ws(ws_bytes);
-    measured = benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size());
+    measured = benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size(), &st);
   }
   const ConvRoute route = search == ConvAlgoSearch::Benchmark ? ConvRoute::Search : ConvRoute::Measured;
   if (try_candidates(dir, h, d, dims, dt, tf32, det, measured, route, key, in0, in1, out, tried)) return true;
-  tried << " (measured: " << measured.size() << " candidates)";
+  tried << " (measured: " << measured.size() << " candidates, " << cudnnGetErrorString(st) << ")";
   return false;
 }
 
@@ -395,9 +416,21 @@ bool conv_padded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem,
   const int64_t x_rows = dims.n * dims.h * dims.w, y_rows = dims.n * dims.out_h() * dims.out_w();
   const int64_t w_rows_c = dims.k * dims.r * dims.s;  // filter rows over C
   const size_t e = elem;
-  Workspace xp(static_cast<size_t>(x_rows * p.c) * e), wp(static_cast<size_t>(p.k * dims.r * dims.s * p.c) * e),
-      yp(static_cast<size_t>(y_rows * p.k) * e);
-  // Filters [K,R,S,C] -> [Kp,R,S,Cp]: pad C per row, then the extra K rows are zero.
+  const bool pad_c = p.c != dims.c, pad_k = p.k != dims.k;  // only the padded sides are copied
+  Workspace xp(pad_c ? static_cast<size_t>(x_rows * p.c) * e : 0), yp(pad_k ? static_cast<size_t>(y_rows * p.k) * e : 0),
+      wp(static_cast<size_t>(p.k * dims.r * dims.s * p.c) * e);
+  // Activations in: the caller's buffer when its channels need no padding, else a padded copy.
+  auto x_in = [&](const void* x) -> const void* {
+    if (!pad_c) return x;
+    copy_channels(xp.get(), p.c, x, dims.c, x_rows, e, stream);
+    return xp.get();
+  };
+  auto y_in = [&](const void* y) -> const void* {
+    if (!pad_k) return y;
+    copy_channels(yp.get(), p.k, y, dims.k, y_rows, e, stream);
+    return yp.get();
+  };
+  // Filters [K,R,S,C] -> [Kp,R,S,Cp]: pad C per row; the extra K rows stay zero.
   auto pad_filters = [&](const void* w) {
     CHECK_CUDA(cudaMemsetAsync(wp.get(), 0, wp.size(), stream));
     CHECK_CUDA(cudaMemcpy2DAsync(wp.get(), static_cast<size_t>(p.c) * e, w, static_cast<size_t>(dims.c) * e,
@@ -407,25 +440,30 @@ bool conv_padded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem,
   std::ostringstream inner;
   bool ok = false;
   switch (dir) {
-    case Dir::Fwd:  // in0 = x, in1 = w, out = y
-      copy_channels(xp.get(), p.c, in0, dims.c, x_rows, e, stream);
+    case Dir::Fwd: {  // in0 = x, in1 = w, out = y
+      const void* x = x_in(in0);
       pad_filters(in1);
-      ok = conv_unpadded(dir, p, dt, xp.get(), wp.get(), yp.get(), ConvRoute::Search, inner);
-      if (ok) copy_channels(out, dims.k, yp.get(), p.k, y_rows, e, stream);
+      void* y = pad_k ? yp.get() : out;
+      ok = conv_unpadded(dir, p, dt, x, wp.get(), y, ConvRoute::Search, inner);
+      if (ok && pad_k) copy_channels(out, dims.k, yp.get(), p.k, y_rows, e, stream);
       break;
-    case Dir::BwdData:  // in0 = gy, in1 = w, out = gx
-      copy_channels(yp.get(), p.k, in0, dims.k, y_rows, e, stream);
+    }
+    case Dir::BwdData: {  // in0 = gy, in1 = w, out = gx
+      const void* gy = y_in(in0);
       pad_filters(in1);
-      ok = conv_unpadded(dir, p, dt, yp.get(), wp.get(), xp.get(), ConvRoute::Search, inner);
-      if (ok) copy_channels(out, dims.c, xp.get(), p.c, x_rows, e, stream);
+      void* gx = pad_c ? xp.get() : out;
+      ok = conv_unpadded(dir, p, dt, gy, wp.get(), gx, ConvRoute::Search, inner);
+      if (ok && pad_c) copy_channels(out, dims.c, xp.get(), p.c, x_rows, e, stream);
       break;
-    case Dir::BwdFilter:  // in0 = x, in1 = gy, out = gw
-      copy_channels(xp.get(), p.c, in0, dims.c, x_rows, e, stream);
-      copy_channels(yp.get(), p.k, in1, dims.k, y_rows, e, stream);
-      ok = conv_unpadded(dir, p, dt, xp.get(), yp.get(), wp.get(), ConvRoute::Search, inner);
+    }
+    case Dir::BwdFilter: {  // in0 = x, in1 = gy, out = gw
+      const void* x = x_in(in0);
+      const void* gy = y_in(in1);
+      ok = conv_unpadded(dir, p, dt, x, gy, wp.get(), ConvRoute::Search, inner);
       // [Kp,R,S,Cp] -> [K,R,S,C]: the first K filters' rows, each sliced to C channels.
       if (ok) copy_channels(out, dims.c, wp.get(), p.c, w_rows_c, e, stream);
       break;
+    }
   }
   if (!ok) tried << " padded to C " << p.c << ", K " << p.k << ":" << inner.str();
   return ok;

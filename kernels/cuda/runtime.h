@@ -22,8 +22,9 @@ std::string library_versions();
 
 // A device int64 watched from the host without waiting: post() queues an async copy into
 // pinned host memory and records an event; poll() returns the copied value once the stream has
-// passed that event (cudaEventQuery), and false while it has not. For guards that may fire a
-// step or two late, such as the loss scaler's consecutive-skip limit.
+// passed that event (cudaEventQuery), and false while it has not. Post again only after a poll
+// succeeded, so the event is not pushed ahead forever. For guards that may fire late, such as
+// the loss scaler's consecutive-skip limit.
 class HostMirror {
  public:
   HostMirror();
@@ -32,6 +33,7 @@ class HostMirror {
   HostMirror& operator=(const HostMirror&) = delete;
   void post(const int64_t* device_value, cudaStream_t stream);
   bool poll(int64_t* value) const;
+  bool posted() const { return posted_; }
 
  private:
   int64_t* host_ = nullptr;  // pinned

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -197,10 +199,26 @@ TEST_CASE("deterministic mode: only deterministic algorithms, and a repeated bac
     expect_bits_equal(dgw.download(), gw1, "deterministic backward filter");
     expect_bits_equal(dgx.download(), gx1, "deterministic backward data");
   }
+  // The choices themselves: cuDNN's non-deterministic algorithms are backward-filter ALGO_0
+  // and ALGO_3 and backward-data ALGO_0 (they add with atomics); none may have been chosen.
   const std::string report = kg::conv_algo_report();
   INFO(report);
-  CHECK(report.find("bwd-filter") != std::string::npos);
-  CHECK(report.find("deterministic") != std::string::npos);
+  int seen = 0;
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("-> algo ");
+    REQUIRE(at != std::string::npos);
+    const int algo = std::stoi(line.substr(at + 8));
+    if (line.find("bwd-filter") != std::string::npos) {
+      CHECK(algo != 0);
+      CHECK(algo != 3);
+      ++seen;
+    } else if (line.find("bwd-data") != std::string::npos) {
+      CHECK(algo != 0);
+      ++seen;
+    }
+  }
+  CHECK(seen == 2);
 }
 
 // ---- cuBLASLt ----------------------------------------------------------------------------------
