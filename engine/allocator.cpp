@@ -9,44 +9,6 @@
 
 namespace engine {
 
-std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
-}
-
-const char* mem_kind_name(MemKind k) {
-  switch (k) {
-    case MemKind::Weights: return "weights";
-    case MemKind::Gradients: return "gradients";
-    case MemKind::OptimizerState: return "optimizer state";
-    case MemKind::Activations: return "activations";
-    case MemKind::Workspace: return "workspace";
-    case MemKind::Data: return "data";
-    case MemKind::Count: break;
-  }
-  return "?";
-}
-
-void MemoryStats::on_alloc(MemKind k, int64_t bytes) {
-  const int i = static_cast<int>(k);
-  current[i] += bytes;
-  if (current[i] > peak[i]) peak[i] = current[i];
-  total_current += bytes;
-  if (total_current > total_peak) {
-    total_peak = total_current;
-    at_total_peak = current;
-  }
-}
-
-void MemoryStats::on_free(MemKind k, int64_t bytes) {
-  current[static_cast<int>(k)] -= bytes;
-  total_current -= bytes;
-}
-
-void MemoryStats::reset_peak() {
-  peak = current;
-  total_peak = total_current;
-  at_total_peak = current;
-}
 
 namespace {
 

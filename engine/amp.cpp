@@ -2,13 +2,14 @@
 #include "engine/amp.h"
 
 #include "engine/ops_internal.h"
+#include "kernels/scaler_math.h"
 
 #include <cmath>
 #include <limits>
 #include <unordered_map>
 
 #ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/data.h"
+#include "kernels/cuda/scaler.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/runtime.h"
 #endif
@@ -222,12 +223,9 @@ StepResult LossScaler::step(Optimizer& opt) {
     return StepResult::Queued;
   }
   if (found_inf_) {
-    ++skipped_steps_;
-    ++consecutive_skips_;
-    check_skip_limit(consecutive_skips_);
+    check_skip_limit(consecutive_skips_ + 1);  // update() counts it, by the shared rule
     return StepResult::Skipped;
   }
-  consecutive_skips_ = 0;
   opt.apply(inv_scale_ * clip_coef_);
   return StepResult::Applied;
 }
@@ -237,16 +235,10 @@ void LossScaler::update() {
   stage_ = Stage::Ready;
   if (dev_) {
 #ifdef ENGINE_WITH_CUDA
-    kernels::cuda::ScalerParams p;
-    p.growth = static_cast<float>(config_.growth_factor);
-    p.backoff = static_cast<float>(config_.backoff_factor);
-    p.min_scale = static_cast<float>(config_.min_scale);
-    p.interval = static_cast<int>(config_.growth_interval);
-    p.dynamic = config_.enabled && config_.dynamic;
     kernels::cuda::scaler_update(dev_->scale.data<float>(), dev_->tracker.data<int32_t>(),
                                  reinterpret_cast<long long*>(dev_->skipped.data<int64_t>()),
                                  reinterpret_cast<long long*>(dev_->consecutive.data<int64_t>()),
-                                 dev_->found_inf.data<int32_t>(), p, cuda_stream());
+                                 dev_->found_inf.data<int32_t>(), rule(), cuda_stream());
     if (config_.max_consecutive_skips > 0) {
       // The count as of an earlier update, once its copy has landed; only then send this one's
       // (re-posting every step would move the event ahead of a GPU that runs behind the host,
@@ -260,18 +252,22 @@ void LossScaler::update() {
 #endif
     return;
   }
-  if (!config_.enabled || !config_.dynamic) return;
-  if (found_inf_) {
-    scale_ *= config_.backoff_factor;
-    if (scale_ < config_.min_scale) scale_ = config_.min_scale;
-    growth_tracker_ = 0;
-    return;
-  }
-  if (++growth_tracker_ == config_.growth_interval) {
-    const double grown = scale_ * config_.growth_factor;
-    if (std::isfinite(grown) && grown <= std::numeric_limits<float>::max()) scale_ = grown;  // never to inf in FP32
-    growth_tracker_ = 0;
-  }
+  kernels::ScalerCounters<double> st{scale_, growth_tracker_, skipped_steps_, consecutive_skips_};
+  kernels::scaler_update_rule(st, found_inf_, rule());
+  scale_ = st.scale;
+  growth_tracker_ = st.tracker;
+  skipped_steps_ = st.skipped;
+  consecutive_skips_ = st.consecutive;
+}
+
+kernels::ScalerRule LossScaler::rule() const {
+  kernels::ScalerRule r;
+  r.growth = config_.growth_factor;
+  r.backoff = config_.backoff_factor;
+  r.min_scale = config_.min_scale;
+  r.interval = config_.growth_interval;
+  r.dynamic = config_.enabled && config_.dynamic;
+  return r;
 }
 
 LossScaler::State LossScaler::state() const {

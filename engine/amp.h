@@ -10,6 +10,7 @@
 #include "engine/autocast.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
+#include "kernels/scaler_math.h"
 
 namespace engine {
 
@@ -86,7 +87,8 @@ class LossScaler {
   struct DeviceState;  // scale, 1/scale, found-inf flag and counters in device memory
   void ensure_device(Device d) const;
   bool on_device() const { return dev_ != nullptr; }
-  void check_skip_limit(int64_t consecutive) const;  // throws at max_consecutive_skips
+  void check_skip_limit(int64_t consecutive) const;
+  kernels::ScalerRule rule() const;  // the config as the shared update rule reads it  // throws at max_consecutive_skips
 
   mutable std::shared_ptr<DeviceState> dev_;
   LossScalerConfig config_;

@@ -77,7 +77,11 @@ std::string cuda_library_versions() {
 
 void register_cuda_backend() {
 #ifdef ENGINE_WITH_CUDA
-  kernels::cuda::ensure_cuda_allocator_registered();
+  static const bool once = [] {
+    register_cuda_allocator(&kernels::cuda::cuda_allocator());
+    return true;
+  }();
+  (void)once;
 #endif
 }
 

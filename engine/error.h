@@ -1,39 +1,10 @@
-// The engine's one error type and the check macros that throw it with file:line.
-// Bad input of any kind ends in an engine::Error; the trainer prints what() and exits non-zero.
+// The engine's error type: kernels::Error (kernels/error.h, where kernels throw it too) under the
+// engine's name, with ENGINE_CHECK / ENGINE_FAIL.
 #pragma once
 
-#include <sstream>
-#include <stdexcept>
-#include <string>
+#include "kernels/error.h"
 
 namespace engine {
-
-class Error : public std::runtime_error {
- public:
-  Error(const std::string& message, const char* file, int line)
-      : std::runtime_error(message + " [" + file + ":" + std::to_string(line) + "]"),
-        message_(message) {}
-  // The message alone, without the source location (for one-line user errors).
-  const std::string& message() const { return message_; }
-
- private:
-  std::string message_;
-};
-
-[[noreturn]] inline void throw_error(const std::string& message, const char* file, int line) {
-  throw Error(message, file, line);
-}
-
+using kernels::Error;
+using kernels::throw_error;
 }  // namespace engine
-
-// ENGINE_CHECK(cond, a << b << c): throws engine::Error with the streamed message.
-#define ENGINE_CHECK(cond, msg)                                          \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      std::ostringstream engine_check_os_;                               \
-      engine_check_os_ << msg;                                           \
-      ::engine::throw_error(engine_check_os_.str(), __FILE__, __LINE__); \
-    }                                                                    \
-  } while (0)
-
-#define ENGINE_FAIL(msg) ENGINE_CHECK(false, msg)

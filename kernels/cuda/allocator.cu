@@ -37,7 +37,7 @@ CachingAllocator::CachingAllocator(int device) : device_(device) {}
 // possibly after the runtime shut down, would only risk a crash at exit.
 CachingAllocator::~CachingAllocator() = default;
 
-void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, engine::MemKind kind) {
+void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, kernels::MemKind kind) {
   void* p = nullptr;
   cudaError_t st = cudaMalloc(&p, rounded);
   if (st == cudaErrorMemoryAllocation) {
@@ -51,7 +51,7 @@ void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, engi
       cudaGetLastError();
       std::ostringstream os;
       os << "CUDA out of memory: requested " << mib(static_cast<double>(requested)) << " for "
-         << engine::mem_kind_name(kind) << "; " << in_use_by_kind_locked() << "; cached "
+         << kernels::mem_kind_name(kind) << "; " << in_use_by_kind_locked() << "; cached "
          << mib(static_cast<double>(cached_before)) << " (released to the driver before a retry)";
       size_t free_b = 0, total_b = 0;
       if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
@@ -62,7 +62,7 @@ void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, engi
     }
   }
   if (st != cudaSuccess) {
-    ::engine::throw_error(std::string("cudaMalloc(") + std::to_string(rounded) + " bytes) failed: " +
+    ::kernels::throw_error(std::string("cudaMalloc(") + std::to_string(rounded) + " bytes) failed: " +
                               cudaGetErrorString(st),
                           __FILE__, __LINE__);
   }
@@ -71,7 +71,7 @@ void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, engi
   return p;
 }
 
-void* CachingAllocator::allocate(size_t bytes, engine::MemKind kind) {
+void* CachingAllocator::allocate(size_t bytes, kernels::MemKind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes == 0) {
     stats_.on_alloc(kind, 0);
@@ -92,7 +92,7 @@ void* CachingAllocator::allocate(size_t bytes, engine::MemKind kind) {
   return p;
 }
 
-void CachingAllocator::deallocate(void* p, size_t bytes, engine::MemKind kind) {
+void CachingAllocator::deallocate(void* p, size_t bytes, kernels::MemKind kind) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!p) {
     stats_.on_free(kind, 0);
@@ -149,8 +149,8 @@ int64_t CachingAllocator::reserved_bytes() const {
 std::string CachingAllocator::in_use_by_kind_locked() const {
   std::ostringstream os;
   os << "in use:";
-  for (int k = 0; k < engine::kNumMemKinds; ++k) {
-    os << (k ? ", " : " ") << engine::mem_kind_name(static_cast<engine::MemKind>(k)) << " "
+  for (int k = 0; k < kernels::kNumMemKinds; ++k) {
+    os << (k ? ", " : " ") << kernels::mem_kind_name(static_cast<kernels::MemKind>(k)) << " "
        << mib(static_cast<double>(stats_.current[k]));
   }
   return os.str();
@@ -171,15 +171,7 @@ CachingAllocator& cuda_allocator() {
   return *a;
 }
 
-void ensure_cuda_allocator_registered() {
-  static const bool once = [] {
-    engine::register_cuda_allocator(&cuda_allocator());
-    return true;
-  }();
-  (void)once;
-}
-
-Workspace::Workspace(size_t bytes, engine::MemKind kind) : bytes_(bytes), kind_(kind) {
+Workspace::Workspace(size_t bytes, kernels::MemKind kind) : bytes_(bytes), kind_(kind) {
   if (bytes) p_ = cuda_allocator().allocate(bytes, kind);
 }
 Workspace::~Workspace() {

@@ -10,7 +10,7 @@
 // does, so the per-kind breakdown means the same on both devices; reserved_bytes() says
 // what the cache holds from the driver on top.
 // Out of memory: the cache is emptied and the cudaMalloc retried once; if it still fails,
-// an engine::Error says what was asked for and what is in use, by kind.
+// an kernels::Error says what was asked for and what is in use, by kind.
 // Stream order: all engine work runs on context().stream (or the legacy stream, which syncs
 // with it), so a block freed by the host can be handed out again at once: any kernel that
 // still uses it was queued earlier on the same stream. Work on other streams must not
@@ -24,18 +24,18 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/allocator.h"
+#include "kernels/memory.h"
 
 namespace kernels::cuda {
 
-class CachingAllocator final : public engine::Allocator {
+class CachingAllocator final : public kernels::Allocator {
  public:
   explicit CachingAllocator(int device);
   ~CachingAllocator() override;  // leaves device memory to the driver (see the .cu)
 
-  void* allocate(size_t bytes, engine::MemKind kind) override;
-  void deallocate(void* p, size_t bytes, engine::MemKind kind) override;
-  engine::Device device() const override { return engine::Device::cuda(device_); }
+  void* allocate(size_t bytes, kernels::MemKind kind) override;
+  void deallocate(void* p, size_t bytes, kernels::MemKind kind) override;
+  kernels::Device device() const override { return kernels::Device::cuda(device_); }
 
   void empty_cache();               // cudaFree every cached (free) block
   int64_t malloc_count() const;     // successful cudaMalloc calls so far
@@ -48,7 +48,7 @@ class CachingAllocator final : public engine::Allocator {
   static size_t round_size(size_t bytes);  // the size class of a request
 
  private:
-  void* malloc_with_retry(size_t rounded, size_t requested, engine::MemKind kind);
+  void* malloc_with_retry(size_t rounded, size_t requested, kernels::MemKind kind);
   void free_cached_blocks();  // returns cached blocks to the driver; the caller holds mu_
   std::string in_use_by_kind_locked() const;
 
@@ -61,14 +61,14 @@ class CachingAllocator final : public engine::Allocator {
 
 // The allocator of the current device at first call (one device for now).
 CachingAllocator& cuda_allocator();
-// Registers cuda_allocator() with engine::register_cuda_allocator, once.
+// Registers cuda_allocator() with kernels::register_cuda_allocator, once.
 void ensure_cuda_allocator_registered();
 
 // A scratch buffer from the caching allocator, counted as MemKind::Workspace, released
 // (to the cache, stream-ordered) when it goes out of scope.
 class Workspace {
  public:
-  explicit Workspace(size_t bytes, engine::MemKind kind = engine::MemKind::Workspace);
+  explicit Workspace(size_t bytes, kernels::MemKind kind = kernels::MemKind::Workspace);
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -79,7 +79,7 @@ class Workspace {
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
-  engine::MemKind kind_;
+  kernels::MemKind kind_;
 };
 
 }  // namespace kernels::cuda

@@ -1,4 +1,4 @@
-// CHECK_CUDA: turns a failed CUDA runtime call into an engine::Error carrying file:line
+// CHECK_CUDA: turns a failed CUDA runtime call into a kernels::Error carrying file:line
 // and the runtime's own message. CHECK_LAUNCH checks the last error after a kernel launch.
 // CHECK_CUDNN / CHECK_CUBLAS do the same for cuDNN and cuBLAS(Lt) statuses; they name
 // library symbols only when expanded, so this header needs neither cudnn.h nor cublasLt.h
@@ -9,13 +9,13 @@
 
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 #define CHECK_CUDA(call)                                                                   \
   do {                                                                                     \
     cudaError_t check_cuda_status_ = (call);                                               \
     if (check_cuda_status_ != cudaSuccess) {                                               \
-      ::engine::throw_error(std::string(#call) + " failed: " +                             \
+      ::kernels::throw_error(std::string(#call) + " failed: " +                             \
                                 cudaGetErrorString(check_cuda_status_), __FILE__, __LINE__); \
     }                                                                                      \
   } while (0)
@@ -34,7 +34,7 @@
                                      cudnnGetErrorString(check_cudnn_status_) + " (status " + \
                                      std::to_string(static_cast<int>(check_cudnn_status_)) + ")"; \
       if (check_cudnn_detail_[0]) check_cudnn_msg_ += std::string(": ") + check_cudnn_detail_; \
-      ::engine::throw_error(check_cudnn_msg_, __FILE__, __LINE__);                            \
+      ::kernels::throw_error(check_cudnn_msg_, __FILE__, __LINE__);                            \
     }                                                                                         \
   } while (0)
 
@@ -43,7 +43,7 @@
   do {                                                                                           \
     cublasStatus_t check_cublas_status_ = (call);                                                \
     if (check_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                         \
-      ::engine::throw_error(std::string(#call) + " failed: " +                                   \
+      ::kernels::throw_error(std::string(#call) + " failed: " +                                   \
                                 cublasLtGetStatusName(check_cublas_status_) + " (" +             \
                                 cublasLtGetStatusString(check_cublas_status_) + ")",             \
                             __FILE__, __LINE__);                                                 \

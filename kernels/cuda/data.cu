@@ -1,4 +1,4 @@
-// Batch construction and loss-scaler bookkeeping on the GPU (see data.h).
+// Batch construction on the GPU, and the flag that turns a loss NaN (see data.h).
 #include "kernels/cuda/data.h"
 
 #include <cmath>
@@ -40,46 +40,11 @@ __global__ void make_batch_kernel(const uint8_t* images, const int32_t* labels, 
   }
 }
 
-__global__ void scaler_prepare_kernel(const float* scale, float* inv_scale, int* found_inf) {
-  *inv_scale = static_cast<float>(1.0 / static_cast<double>(*scale));
-  *found_inf = 0;
-}
-
-__global__ void scaler_update_kernel(float* scale, int* tracker, long long* skipped, long long* consecutive,
-                                     const int* found_inf, ScalerParams p) {
-  if (*found_inf) {
-    ++*skipped;
-    ++*consecutive;
-    if (!p.dynamic) return;
-    *scale = fmaxf(*scale * p.backoff, p.min_scale);
-    *tracker = 0;
-    return;
-  }
-  *consecutive = 0;
-  if (!p.dynamic) return;
-  if (++*tracker == p.interval) {
-    const float grown = *scale * p.growth;
-    if (isfinite(grown)) *scale = grown;  // never to inf
-    *tracker = 0;
-  }
-}
-
-__global__ void scale_by_device_scalar_kernel(const float* x, const float* s, float* y, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = x[i] * *s;
-}
-
 __global__ void nan_if_flagged_kernel(float* value, const int* flag) {
   if (*flag) *value = __int_as_float(0x7fc00000);
 }
 
 }  // namespace
-
-void scale_by_device_scalar(const float* x, const float* s, float* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  scale_by_device_scalar_kernel<<<detail::grid_for(n), detail::kBlock, 0, stream>>>(x, s, y, n);
-  CHECK_LAUNCH();
-}
 
 void nan_if_flagged(float* value, const int* flag, cudaStream_t stream) {
   nan_if_flagged_kernel<<<1, 1, 0, stream>>>(value, flag);
@@ -103,16 +68,5 @@ template void make_batch<half>(const uint8_t*, const int32_t*, const int32_t*, i
                                const AugmentConfig&, uint64_t, uint64_t, half*, int32_t*, cudaStream_t);
 template void make_batch<bfloat16>(const uint8_t*, const int32_t*, const int32_t*, int64_t, int, int, int, bool,
                                    const AugmentConfig&, uint64_t, uint64_t, bfloat16*, int32_t*, cudaStream_t);
-
-void scaler_prepare(const float* scale, float* inv_scale, int* found_inf, cudaStream_t stream) {
-  scaler_prepare_kernel<<<1, 1, 0, stream>>>(scale, inv_scale, found_inf);
-  CHECK_LAUNCH();
-}
-
-void scaler_update(float* scale, int* growth_tracker, long long* skipped, long long* consecutive, const int* found_inf,
-                   const ScalerParams& p, cudaStream_t stream) {
-  scaler_update_kernel<<<1, 1, 0, stream>>>(scale, growth_tracker, skipped, consecutive, found_inf, p);
-  CHECK_LAUNCH();
-}
 
 }  // namespace kernels::cuda

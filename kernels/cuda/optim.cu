@@ -176,26 +176,26 @@ MultiTensorPlan::MultiTensorPlan(const std::vector<ParamSlot>& slots, cudaStream
   chunks_bytes_ = sizeof(Chunk) * table.size();
   // Long-lived and tiny: counted with the optimizer state.
   if (slots_bytes_) {
-    d_slots_ = cuda_allocator().allocate(slots_bytes_, engine::MemKind::OptimizerState);
+    d_slots_ = cuda_allocator().allocate(slots_bytes_, kernels::MemKind::OptimizerState);
     CHECK_CUDA(cudaMemcpyAsync(d_slots_, slots.data(), slots_bytes_, cudaMemcpyHostToDevice, stream));
   }
   if (chunks_bytes_) {
-    d_chunks_ = cuda_allocator().allocate(chunks_bytes_, engine::MemKind::OptimizerState);
+    d_chunks_ = cuda_allocator().allocate(chunks_bytes_, kernels::MemKind::OptimizerState);
     CHECK_CUDA(cudaMemcpyAsync(d_chunks_, table.data(), chunks_bytes_, cudaMemcpyHostToDevice, stream));
   }
   if (chunks_ > 0)
     d_partials_ = static_cast<double*>(
-        cuda_allocator().allocate(sizeof(double) * static_cast<size_t>(chunks_), engine::MemKind::OptimizerState));
+        cuda_allocator().allocate(sizeof(double) * static_cast<size_t>(chunks_), kernels::MemKind::OptimizerState));
   // The host vectors die with this constructor: wait until the copies have read them.
   CHECK_CUDA(cudaStreamSynchronize(stream));
 }
 
 MultiTensorPlan::~MultiTensorPlan() {
-  if (d_slots_) cuda_allocator().deallocate(d_slots_, slots_bytes_, engine::MemKind::OptimizerState);
-  if (d_chunks_) cuda_allocator().deallocate(d_chunks_, chunks_bytes_, engine::MemKind::OptimizerState);
+  if (d_slots_) cuda_allocator().deallocate(d_slots_, slots_bytes_, kernels::MemKind::OptimizerState);
+  if (d_chunks_) cuda_allocator().deallocate(d_chunks_, chunks_bytes_, kernels::MemKind::OptimizerState);
   if (d_partials_)
     cuda_allocator().deallocate(d_partials_, sizeof(double) * static_cast<size_t>(chunks_),
-                                engine::MemKind::OptimizerState);
+                                kernels::MemKind::OptimizerState);
 }
 
 void multi_all_finite(const MultiTensorPlan& plan, int* found_inf, cudaStream_t stream) {

@@ -154,7 +154,7 @@ TEST_CASE("cuDNN convolutions with TF32 allowed and with benchmarked algorithms"
     run_conv_case<float>(cc, false);
   }
   // Workspaces go back to the cache after every call.
-  CHECK(kg::cuda_allocator().stats().current[static_cast<int>(engine::MemKind::Workspace)] == 0);
+  CHECK(kg::cuda_allocator().stats().current[static_cast<int>(kernels::MemKind::Workspace)] == 0);
 }
 
 TEST_CASE("cuDNN fallbacks: the measured search and zero-padded channels give the same results", "[cuda]") {
@@ -176,7 +176,7 @@ TEST_CASE("cuDNN fallbacks: the measured search and zero-padded channels give th
   }
   kg::set_conv_first_route_for_test(kg::ConvRoute::Search);
   kg::clear_conv_algo_cache();
-  CHECK(kg::cuda_allocator().stats().current[static_cast<int>(engine::MemKind::Workspace)] == 0);
+  CHECK(kg::cuda_allocator().stats().current[static_cast<int>(kernels::MemKind::Workspace)] == 0);
 }
 
 TEST_CASE("deterministic mode: only deterministic algorithms, and a repeated backward is bit-identical", "[cuda]") {

@@ -11,6 +11,7 @@
 #include "catch2/catch.hpp"
 #include "cuda_test_util.h"
 #include "engine/allocator.h"
+#include "engine/device.h"
 #include "engine/error.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cuda/allocator.h"
@@ -329,7 +330,7 @@ TEST_CASE("size classes: 512 B steps to 1 MiB, then 8 per power of two", "[cuda]
 }
 
 TEST_CASE("the caching allocator reuses freed blocks and counts bytes by kind", "[cuda]") {
-  kg::ensure_cuda_allocator_registered();
+  engine::register_cuda_backend();
   kg::CachingAllocator& a = kg::cuda_allocator();
   CHECK(&engine::allocator_for(engine::Device::cuda(0)) == &a);
   CHECK(a.device() == engine::Device::cuda(0));
