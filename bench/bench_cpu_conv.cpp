@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     Tensor y = Tensor::empty(gy.shape(), DType::F32), gx = Tensor::empty(x.shape(), DType::F32);
     Tensor gw = Tensor::empty(w.shape(), DType::F32), gb = Tensor::empty(b.shape(), DType::F32);
     // The kernels the conv2d op runs, called directly so each pass is timed on its own.
-    const kernels::cpu::Conv2dShape sh{L.n, L.h, L.w, L.c, L.k, L.r, L.r, L.stride, L.pad};
+    const kernels::ConvShape sh{L.n, L.h, L.w, L.c, L.k, L.r, L.r, L.stride, L.pad};
     const double fwd = median_seconds([&] {
       kernels::cpu::conv2d_forward(sh, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
     }, reps);

@@ -15,10 +15,10 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/random.h"
-#include "kernels/cpu/batchnorm.h"
+#include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/loss.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/pool.h"
 
@@ -156,34 +156,35 @@ void cpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
     auto gg = Tensor::empty({c}, DType::F32), gb = Tensor::empty({c}, DType::F32);
     const std::string bn_shape = dims({r, c}, " x ");
     cases.push_back({"batchnorm fwd (train)", d, bn_shape, 3 * e * n, [=](int i) {
-                       kernels::cpu::batchnorm_forward_train<T, float>(
+                       kernels::cpu::batch_norm_forward_train<T, float>(
                            r, c, x[i & 1].data<T>(), gamma.data<float>(), beta.data<float>(), 1e-5f, 0.1f,
                            rm.data<float>(), rv.data<float>(), mean.data<float>(), invstd.data<float>(), y.data<T>());
                      }});
     cases.push_back({"batchnorm bwd", d, bn_shape, 5 * e * n, [=](int i) {
-                       kernels::cpu::batchnorm_backward<T, float>(r, c, x[i & 1].data<T>(), g[i & 1].data<T>(),
+                       kernels::cpu::batch_norm_backward<T, float>(r, c, x[i & 1].data<T>(), g[i & 1].data<T>(),
                                                                   gamma.data<float>(), mean.data<float>(),
                                                                   invstd.data<float>(), true, y.data<T>(),
                                                                   gg.data<float>(), gb.data<float>());
                      }});
     // 2x2 max-pool: read x, write a quarter of it and its int32 argmax.
-    const kernels::cpu::Pool2dShape ps{batch, hw, hw, c, 2, 2, 0};
+    const kernels::PoolShape ps{batch, hw, hw, c, 2, 2, 0};
     const int64_t out = n / 4;
     auto py = Tensor::empty({out}, dt);
     auto arg = Tensor::empty({out}, DType::I32);
     const std::string pool_shape = dims({batch, hw, hw, c});
     cases.push_back({"maxpool 2x2 fwd", d, pool_shape, e * n + (e + 4) * out, [=](int i) {
-                       kernels::cpu::maxpool2d_forward(ps, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>());
+                       kernels::cpu::max_pool2d_forward(ps, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>());
                      }});
     // The CPU backward scatters, so it zeroes gx first: that pass is part of its cost.
     cases.push_back({"maxpool 2x2 bwd", d, pool_shape, (e + 4) * out + e * n, [=](int) {
                        std::memset(y.data<T>(), 0, static_cast<size_t>(e * n));
-                       kernels::cpu::maxpool2d_backward(ps, py.data<T>(), arg.data<int32_t>(), y.data<T>());
+                       kernels::cpu::max_pool2d_backward(ps, py.data<T>(), arg.data<int32_t>(), y.data<T>());
                      }});
     cases.push_back({"global avgpool fwd", d, pool_shape, e * n, [=](int i) {
-                       kernels::cpu::global_avgpool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>());
+                       kernels::cpu::global_avg_pool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>());
                      }});
     // Cross-entropy over [rows, 1000] logits: read logits, write FP32 probabilities.
+    static const float kOne = 1.0f;  // the incoming gradient
     const int64_t k = 1000, ce_rows = n / k;
     std::vector<int32_t> lab(static_cast<size_t>(ce_rows));
     for (int64_t j = 0; j < ce_rows; ++j) lab[j] = static_cast<int32_t>((j * 7) % k);
@@ -194,11 +195,12 @@ void cpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
     cases.push_back({"cross-entropy fwd", d, ce_shape, (e + 4) * ce_rows * k + 4.0 * ce_rows, [=](int i) {
                        kernels::cpu::cross_entropy_forward<T, float>(ce_rows, k, x[i & 1].data<T>(),
                                                                      labels.data<int32_t>(), 0.0f, probs.data<float>(),
-                                                                     loss.data<float>());
+                                                                     loss.data<float>(), nullptr);
                      }});
     cases.push_back({"cross-entropy bwd", d, ce_shape, (4 + e) * ce_rows * k + 4.0 * ce_rows, [=](int) {
                        kernels::cpu::cross_entropy_backward<T, float>(ce_rows, k, probs.data<float>(),
-                                                                      labels.data<int32_t>(), 0.0f, 1.0f, y.data<T>());
+                                                                      labels.data<int32_t>(), 0.0f, &kOne, nullptr,
+                                                                      y.data<T>());
                      }});
   };
   add_elementwise(DType::F32, float{});

@@ -16,13 +16,13 @@
 #include "bench/bench_kernels.h"
 #include "engine/device.h"
 #include "engine/ops.h"
-#include "kernels/cuda/batchnorm.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/conv.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/loss.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/pool.h"
 
@@ -296,7 +296,7 @@ enum class ConvDir { Fwd, BwdData, BwdFilter };
 // (no TF32) is held to CUDNN_FMA_MATH, as our conv does.
 class DirectConv {
  public:
-  DirectConv(const kcu::ConvDims& d, DType dt, bool tf32, const Tensor& x, const Tensor& w, const Tensor& y)
+  DirectConv(const kernels::ConvShape& d, DType dt, bool tf32, const Tensor& x, const Tensor& w, const Tensor& y)
       : workspace_(Tensor::empty({kWorkspace}, DType::U8, kGpu)) {
     const cudnnDataType_t t = dnn_type(dt);
     auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -407,7 +407,7 @@ class DirectConv {
                   bwd_filter_math_ = CUDNN_DEFAULT_MATH;
 };
 
-template <class T> void ours_conv_backward(ConvDir dir, const kcu::ConvDims& d, const Tensor& a, const Tensor& b, Tensor& out) {
+template <class T> void ours_conv_backward(ConvDir dir, const kernels::ConvShape& d, const Tensor& a, const Tensor& b, Tensor& out) {
   cudaStream_t s = kcu::default_stream();
   if (dir == ConvDir::BwdData) kcu::conv2d_backward_data(d, a.data<T>(), b.data<T>(), out.data<T>(), s);
   else kcu::conv2d_backward_filter(d, a.data<T>(), b.data<T>(), out.data<T>(), static_cast<T*>(nullptr), s);
@@ -427,7 +427,7 @@ void gpu_conv(const bench::Options& opt, std::vector<bench::Row>& rows) {
   for (const Shape& s : shapes)
     for (const Prec& p : precs) {
       kcu::set_allow_tf32(p.tf32);
-      const kcu::ConvDims d{s.n, s.hw, s.hw, s.c, s.k, 3, 3, 1, 1};
+      const kernels::ConvShape d{s.n, s.hw, s.hw, s.c, s.k, 3, 3, 1, 1};
       const double esize = engine::dtype_size(p.dt);
       const int64_t xn = s.n * s.hw * s.hw * s.c, yn = s.n * d.out_h() * d.out_w() * s.k;
       const int sets = rotation_sets(esize * (2.0 * xn + yn));
@@ -509,32 +509,32 @@ template <class T> void add_typed_cases(std::vector<bench::MemCase>& cases, DTyp
   Tensor gg = Tensor::empty({c}, DType::F32, kGpu), gb = Tensor::empty({c}, DType::F32, kGpu);
   const std::string bn = std::to_string(rows) + " x " + std::to_string(c);
   cases.push_back({"batchnorm fwd (train)", d, bn, 3 * e * n, [=](int i) {
-                     kcu::batchnorm_forward_train<T, float>(rows, c, x[i & 1].data<T>(), gamma.data<float>(),
+                     kcu::batch_norm_forward_train<T, float>(rows, c, x[i & 1].data<T>(), gamma.data<float>(),
                                                             beta.data<float>(), 1e-5f, 0.1f, rm.data<float>(),
                                                             rv.data<float>(), mean.data<float>(), invstd.data<float>(),
                                                             y.data<T>(), s);
                    }});
   // Backward: the reductions read x and gy, the gradient pass reads them again and writes gx.
   cases.push_back({"batchnorm bwd", d, bn, 5 * e * n, [=](int i) {
-                     kcu::batchnorm_backward<T, float>(rows, c, x[i & 1].data<T>(), g[i & 1].data<T>(),
+                     kcu::batch_norm_backward<T, float>(rows, c, x[i & 1].data<T>(), g[i & 1].data<T>(),
                                                        gamma.data<float>(), mean.data<float>(), invstd.data<float>(),
                                                        true, y.data<T>(), gg.data<float>(), gb.data<float>(), s);
                    }});
   // 2x2 max-pool over [N, 32, 32, 64]: read x, write a quarter of it and its int32 argmax.
   const int64_t hw = 32, batch = n / (hw * hw * c), out = n / 4;
-  const kcu::PoolDims pd{batch, hw, hw, c, 2, 2, 0};
+  const kernels::PoolShape pd{batch, hw, hw, c, 2, 2, 0};
   Tensor py = random_gpu({out}, dt);
   Tensor arg = Tensor::empty({out}, DType::I32, kGpu);
-  kcu::maxpool2d_forward(pd, x[0].data<T>(), py.data<T>(), arg.data<int32_t>(), s);  // valid argmax for bwd
+  kcu::max_pool2d_forward(pd, x[0].data<T>(), py.data<T>(), arg.data<int32_t>(), s);  // valid argmax for bwd
   const std::string pool = std::to_string(batch) + "x32x32x64";
   cases.push_back({"maxpool 2x2 fwd", d, pool, e * n + (e + 4) * out, [=](int i) {
-                     kcu::maxpool2d_forward(pd, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>(), s);
+                     kcu::max_pool2d_forward(pd, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>(), s);
                    }});
   cases.push_back({"maxpool 2x2 bwd", d, pool, (e + 4) * out + e * n, [=](int) {
-                     kcu::maxpool2d_backward(pd, py.data<T>(), arg.data<int32_t>(), y.data<T>(), s);
+                     kcu::max_pool2d_backward(pd, py.data<T>(), arg.data<int32_t>(), y.data<T>(), s);
                    }});
   cases.push_back({"global avgpool fwd", d, pool, e * n, [=](int i) {
-                     kcu::global_avgpool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>(), s);
+                     kcu::global_avg_pool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>(), s);
                    }});
   // Cross-entropy over [rows, 1000] logits (FP32 softmax): read logits and labels, write FP32
   // probabilities and per-row losses (then summed); backward reads probabilities and labels

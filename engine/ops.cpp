@@ -3,18 +3,8 @@
 
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
-#include "kernels/cpu/elementwise.h"
-
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/elementwise.h"
-#endif
 
 namespace engine {
-
-namespace kc = kernels::cpu;
-#ifdef ENGINE_WITH_CUDA
-namespace kcu = kernels::cuda;
-#endif
 
 void check_defined(const char* op, const Tensor& t, const char* what) {
   ENGINE_CHECK(t.defined(), op << ": " << what << " is undefined");
@@ -33,18 +23,14 @@ void check_same_dtype_device(const char* op, const Tensor& a, const Tensor& b) {
 
 Tensor relu(const Tensor& x) {
   check_float("relu", x, "input");
+  const Device dev = op_device("relu", {&x});
   Tensor y = like(x);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "relu", T,
-                                        kcu::relu_forward(x.data<T>(), y.data<T>(), x.numel(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "relu", T, kc::relu_forward(x.data<T>(), y.data<T>(), x.numel()));
+  ENGINE_KERNEL("relu", dev, x.dtype(), T, K::relu_forward(x.data<T>(), y.data<T>(), x.numel(), stream));
   if (should_record({&x})) {
-    active_tape()->record("relu", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record("relu", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "relu backward", T,
-                                            kcu::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(),
-                                                               cuda_stream())))
-      ENGINE_DISPATCH_FLOAT(x.dtype(), "relu backward", T,
-                            kc::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel()));
+      ENGINE_KERNEL("relu backward", dev, x.dtype(), T,
+                    K::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(), stream));
       return {gx};
     });
   }
@@ -53,18 +39,14 @@ Tensor relu(const Tensor& x) {
 
 Tensor gelu(const Tensor& x) {
   check_float("gelu", x, "input");
+  const Device dev = op_device("gelu", {&x});
   Tensor y = like(x);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "gelu", T,
-                                        kcu::gelu_forward(x.data<T>(), y.data<T>(), x.numel(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "gelu", T, kc::gelu_forward(x.data<T>(), y.data<T>(), x.numel()));
+  ENGINE_KERNEL("gelu", dev, x.dtype(), T, K::gelu_forward(x.data<T>(), y.data<T>(), x.numel(), stream));
   if (should_record({&x})) {
-    active_tape()->record("gelu", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record("gelu", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "gelu backward", T,
-                                            kcu::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(),
-                                                               cuda_stream())))
-      ENGINE_DISPATCH_FLOAT(x.dtype(), "gelu backward", T,
-                            kc::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel()));
+      ENGINE_KERNEL("gelu backward", dev, x.dtype(), T,
+                    K::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(), stream));
       return {gx};
     });
   }
@@ -74,16 +56,13 @@ Tensor gelu(const Tensor& x) {
 namespace {
 Tensor add_raw(const Tensor& a, const Tensor& b) {
   Tensor y = like(a);
-  ENGINE_ON_CUDA(a, ENGINE_DISPATCH_CUDA(a.dtype(), "add", T,
-                                        kcu::add(a.data<T>(), b.data<T>(), y.data<T>(), a.numel(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(a.dtype(), "add", T, kc::add(a.data<T>(), b.data<T>(), y.data<T>(), a.numel()));
+  ENGINE_KERNEL("add", op_device("add", {&a, &b}), a.dtype(), T,
+                K::add(a.data<T>(), b.data<T>(), y.data<T>(), a.numel(), stream));
   return y;
 }
 Tensor scale_raw(const Tensor& x, double s) {
   Tensor y = like(x);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "scale", T,
-                                        kcu::scale(x.data<T>(), s, y.data<T>(), x.numel(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "scale", T, kc::scale(x.data<T>(), s, y.data<T>(), x.numel()));
+  ENGINE_KERNEL("scale", x.device(), x.dtype(), T, K::scale(x.data<T>(), s, y.data<T>(), x.numel(), stream));
   return y;
 }
 }  // namespace
@@ -104,11 +83,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 void add_into(Tensor& dst, const Tensor& src) {
   check_same_dtype_device("add_into", dst, src);
   ENGINE_CHECK(dst.shape() == src.shape(), "add_into: shape mismatch, " << dst.desc() << " vs " << src.desc());
-  ENGINE_ON_CUDA(dst, ENGINE_DISPATCH_CUDA(dst.dtype(), "add_into", T,
-                                          kcu::add(dst.data<T>(), src.data<T>(), dst.data<T>(), dst.numel(),
-                                                   cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(dst.dtype(), "add_into", T,
-                        kc::add(dst.data<T>(), src.data<T>(), dst.data<T>(), dst.numel()));
+  ENGINE_KERNEL("add_into", dst.device(), dst.dtype(), T,
+                K::add(dst.data<T>(), src.data<T>(), dst.data<T>(), dst.numel(), stream));
 }
 
 Tensor scale(const Tensor& x, double s) {
@@ -123,11 +99,10 @@ Tensor scale(const Tensor& x, double s) {
 namespace {
 Tensor cast_raw(const Tensor& x, DType to) {
   Tensor y = Tensor::empty(x.shape(), to, x.device());
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "cast", From, {
-    ENGINE_DISPATCH_FLOAT(to, "cast", To, {
-      ENGINE_ON_CUDA(x, kcu::cast<From, To>(x.data<From>(), y.data<To>(), x.numel(), cuda_stream()))
-      kc::cast(x.data<From>(), y.data<To>(), x.numel());
-    });
+  // Two dtypes: the kernel is chosen for the source, the target dispatched inside (every pair
+  // of float types exists on both backends, FP64 included).
+  ENGINE_KERNEL_ANY_FLOAT("cast", x.device(), x.dtype(), From, {
+    ENGINE_DISPATCH_FLOAT(to, "cast", To, K::cast<From, To>(x.data<From>(), y.data<To>(), x.numel(), stream));
   });
   return y;
 }
@@ -146,13 +121,10 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 namespace {
-Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t rng_stream) {
   Tensor y = like(x);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "dropout", T,
-                                        kcu::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed,
-                                                     stream, cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "dropout", T,
-                        kc::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed, stream));
+  ENGINE_KERNEL("dropout", x.device(), x.dtype(), T,
+                K::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed, rng_stream, stream));
   return y;
 }
 }  // namespace
@@ -192,25 +164,15 @@ Tensor flatten(const Tensor& x) {
 
 Tensor sum(const Tensor& x) {
   check_float("sum", x, "input");
-  const DType ad = acc_dtype(x.dtype());
-  Tensor y = Tensor::empty({1}, ad, x.device());
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "sum", T,
-                                        kcu::sum(x.data<T>(), x.numel(), y.data<kernels::acc_t<T>>(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "sum", T, {
-    using A = kernels::acc_t<T>;
-    A total = 0;
-    const T* p = x.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) total += A(p[i]);
-    *y.data<A>() = total;
-  });
+  const Device dev = op_device("sum", {&x});
+  Tensor y = Tensor::empty({1}, acc_dtype(x.dtype()), dev);
+  ENGINE_KERNEL("sum", dev, x.dtype(), T, K::sum(x.data<T>(), x.numel(), y.data<kernels::acc_t<T>>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("sum", {x}, y, [x](const Tensor& gy) -> std::vector<Tensor> {
-      // Every input element gets the output's gradient; on CUDA read where it lies (no wait).
+    active_tape()->record("sum", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
+      // Every input element gets the output's gradient, read where it lies (no host wait).
       Tensor gx = like(x);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "sum backward", T,
-                                            kcu::fill_from_device(gx.data<T>(), gy.data<kernels::acc_t<T>>(),
-                                                                  gx.numel(), cuda_stream())))
-      gx.fill(gy.item());
+      ENGINE_KERNEL("sum backward", dev, x.dtype(), T,
+                    K::fill_from_device(gx.data<T>(), gy.data<kernels::acc_t<T>>(), gx.numel(), stream));
       return {gx};
     });
   }

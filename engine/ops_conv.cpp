@@ -4,32 +4,14 @@
 #include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
-#include "kernels/cpu/conv.h"
-#include "kernels/cpu/gemm.h"
-
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/conv.h"
-#include "kernels/cuda/gemm.h"
-#endif
 
 namespace engine {
-
-namespace kc = kernels::cpu;
-#ifdef ENGINE_WITH_CUDA
-namespace kcu = kernels::cuda;
-#endif
 
 namespace {
 std::atomic<int64_t> g_gemm_flops{0};
 // 2 * output pixels * output channels * taps * input channels: one GEMM's worth.
-int64_t conv_flops(const kc::Conv2dShape& sh) { return 2 * sh.n * sh.out_h() * sh.out_w() * sh.k * sh.patch(); }
+int64_t conv_flops(const kernels::ConvShape& sh) { return 2 * sh.n * sh.out_h() * sh.out_w() * sh.k * sh.patch(); }
 }  // namespace
-
-#ifdef ENGINE_WITH_CUDA
-kcu::ConvDims cuda_dims(const kc::Conv2dShape& sh) {
-  return kcu::ConvDims{sh.n, sh.h, sh.w, sh.c, sh.k, sh.r, sh.s, sh.stride, sh.pad};
-}
-#endif
 
 int64_t gemm_flops() { return g_gemm_flops.load(); }
 void reset_gemm_flops() { g_gemm_flops = 0; }
@@ -47,7 +29,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
                                                       << " channels but weight " << shape_str(w.shape())
                                                       << " expects " << w.dim(3));
   ENGINE_CHECK(stride >= 1 && pad >= 0, "conv2d: bad stride " << stride << " or padding " << pad);
-  kc::Conv2dShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2), stride, pad};
+  kernels::ConvShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2), stride, pad};
   ENGINE_CHECK(x.dim(1) + 2 * pad >= w.dim(1) && x.dim(2) + 2 * pad >= w.dim(2),
                "conv2d: kernel " << w.dim(1) << "x" << w.dim(2) << " larger than padded input " << shape_str(x.shape()));
   if (bias.defined()) {
@@ -57,37 +39,26 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   }
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.k}, x.dtype(), x.device());
   g_gemm_flops += conv_flops(sh);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d", T,
-                                        kcu::conv2d_forward(cuda_dims(sh), x.data<T>(), w.data<T>(),
-                                                            bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
-                                                            cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d", T,
-                        kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
-                                           y.data<T>()));
+  const Device dev = op_device("conv2d", {&x, &w, &bias});
+  ENGINE_KERNEL("conv2d", dev, x.dtype(), T,
+                K::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
+                                  stream));
   if (should_record({&x, &w, &bias})) {
-    active_tape()->record("conv2d", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record("conv2d", {x, w, bias}, y, [x, w, bias, sh, dev](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx, gw, gb;
       if (x.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gx = like(x);
-        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d backward", T,
-                                              kcu::conv2d_backward_data(cuda_dims(sh), gy.data<T>(), w.data<T>(),
-                                                                        gx.data<T>(), cuda_stream())))
-        ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
-                              kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
+        ENGINE_KERNEL("conv2d backward", dev, x.dtype(), T,
+                      K::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>(), stream));
       }
       if (w.requires_grad() || bias.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
-        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "conv2d backward", T,
-                                              kcu::conv2d_backward_filter(cuda_dims(sh), x.data<T>(), gy.data<T>(),
-                                                                          gw.data<T>(),
-                                                                          gb.defined() ? gb.data<T>() : nullptr,
-                                                                          cuda_stream())))
-        ENGINE_DISPATCH_FLOAT(x.dtype(), "conv2d backward", T,
-                              kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
-                                                         gb.defined() ? gb.data<T>() : nullptr));
+        ENGINE_KERNEL("conv2d backward", dev, x.dtype(), T,
+                      K::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
+                                                gb.defined() ? gb.data<T>() : nullptr, stream));
       }
       return {gx, gw, gb};
     });
@@ -109,43 +80,32 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     ENGINE_CHECK(bias.shape() == Shape{w.dim(0)}, "linear: bias " << shape_str(bias.shape()) << " for "
                                                                    << w.dim(0) << " outputs");
   }
-  // A linear layer is a 1x1 convolution over a 1x1 image: reuse its kernels, bias and all.
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  kc::Conv2dShape sh{n, 1, 1, in, out, 1, 1, 1, 0};
   Tensor y = Tensor::empty({n, out}, x.dtype(), x.device());
-  g_gemm_flops += conv_flops(sh);
-  // On the GPU a linear layer is one cuBLASLt GEMM with the bias fused into its epilogue.
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear", T,
-                                        kcu::linear_forward(n, in, out, x.data<T>(), w.data<T>(),
-                                                            bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
-                                                            kcu::Epilogue::None, cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "linear", T,
-                        kc::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
-                                           y.data<T>()));
+  const int64_t flops = 2 * n * in * out;
+  g_gemm_flops += flops;
+  // On the GPU one cuBLASLt GEMM with the bias fused into its epilogue; on the CPU the 1x1
+  // convolution kernels.
+  const Device dev = op_device("linear", {&x, &w, &bias});
+  ENGINE_KERNEL("linear", dev, x.dtype(), T,
+                K::linear_forward(n, in, out, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                  y.data<T>(), kernels::Epilogue::None, stream));
   if (should_record({&x, &w, &bias})) {
-    active_tape()->record("linear", {x, w, bias}, y, [x, w, bias, sh](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record("linear", {x, w, bias}, y, [x, w, bias, n, in, out, flops, dev](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx, gw, gb;
       if (x.requires_grad()) {
-        g_gemm_flops += conv_flops(sh);
+        g_gemm_flops += flops;
         gx = like(x);
-        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear backward", T,
-                                              kcu::linear_backward_data(sh.n, sh.c, sh.k, gy.data<T>(), w.data<T>(),
-                                                                        gx.data<T>(), cuda_stream())))
-        ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
-                              kc::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>()));
+        ENGINE_KERNEL("linear backward", dev, x.dtype(), T,
+                      K::linear_backward_data(n, in, out, gy.data<T>(), w.data<T>(), gx.data<T>(), stream));
       }
       if (w.requires_grad() || bias.requires_grad()) {
-        g_gemm_flops += conv_flops(sh);
+        g_gemm_flops += flops;
         gw = like(w);
         if (bias.defined()) gb = like(bias);
-        ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "linear backward", T,
-                                              kcu::linear_backward_weight(sh.n, sh.c, sh.k, x.data<T>(), gy.data<T>(),
-                                                                          gw.data<T>(),
-                                                                          gb.defined() ? gb.data<T>() : nullptr,
-                                                                          cuda_stream())))
-        ENGINE_DISPATCH_FLOAT(x.dtype(), "linear backward", T,
-                              kc::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
-                                                         gb.defined() ? gb.data<T>() : nullptr));
+        ENGINE_KERNEL("linear backward", dev, x.dtype(), T,
+                      K::linear_backward_weight(n, in, out, x.data<T>(), gy.data<T>(), gw.data<T>(),
+                                                gb.defined() ? gb.data<T>() : nullptr, stream));
       }
       return {gx, gw, gb};
     });

@@ -1,11 +1,6 @@
 // The batch op: gather, augment and normalise images from the resident uint8 data set.
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
-#include "kernels/cpu/augment.h"
-
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/data.h"
-#endif
 
 namespace engine {
 
@@ -28,28 +23,19 @@ void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indice
   ENGINE_CHECK(labels.device() == images.device() && indices.device() == images.device() &&
                    x.device() == images.device() && y.device() == images.device(),
                "make_batch: images, labels, indices and outputs must be on one device");
+  const Device dev = op_device("make_batch", {&images, &labels, &indices, &x, &y});
   // On the GPU the indices are trusted (the trainer builds them): checking them would make
-  // every step wait for the host.
-  if (images.device().is_cuda()) {
-#ifdef ENGINE_WITH_CUDA
-    ENGINE_DISPATCH_CUDA(x.dtype(), "make_batch", T,
-                         kernels::cuda::make_batch(images.data<uint8_t>(), labels.data<int32_t>(), indices.data<int32_t>(),
-                                                   b, static_cast<int>(images.dim(1)), static_cast<int>(images.dim(2)),
-                                                   static_cast<int>(images.dim(3)), augment, cfg, seed, epoch,
-                                                   x.data<T>(), y.data<int32_t>(), cuda_stream()));
-    return;
-#else
-    ENGINE_FAIL("make_batch: " << images.desc() << " is on a CUDA device, but this build has no CUDA backend");
-#endif
+  // every step wait for the host. On the CPU they are checked.
+  if (dev.is_cpu()) {
+    const int32_t* idx = indices.data<int32_t>();
+    for (int64_t i = 0; i < b; ++i)
+      ENGINE_CHECK(idx[i] >= 0 && idx[i] < images.dim(0), "make_batch: index " << idx[i] << " outside the data set");
   }
-  const int32_t* idx = indices.data<int32_t>();
-  for (int64_t i = 0; i < b; ++i)
-    ENGINE_CHECK(idx[i] >= 0 && idx[i] < images.dim(0), "make_batch: index " << idx[i] << " outside the data set");
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "make_batch", T,
-                        kernels::cpu::make_batch(images.data<uint8_t>(), labels.data<int32_t>(), idx, b,
-                                                 static_cast<int>(images.dim(1)), static_cast<int>(images.dim(2)),
-                                                 static_cast<int>(images.dim(3)), augment, cfg, seed, epoch,
-                                                 x.data<T>(), y.data<int32_t>()));
+  ENGINE_KERNEL("make_batch", dev, x.dtype(), T,
+                K::make_batch(images.data<uint8_t>(), labels.data<int32_t>(), indices.data<int32_t>(), b,
+                              static_cast<int>(images.dim(1)), static_cast<int>(images.dim(2)),
+                              static_cast<int>(images.dim(3)), augment, cfg, seed, epoch, x.data<T>(),
+                              y.data<int32_t>(), stream));
 }
 
 }  // namespace engine

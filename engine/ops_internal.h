@@ -1,11 +1,32 @@
-// Helpers shared by the op files: device dispatch, the accumulation dtype, and the CUDA
-// stream. Each op reads: ENGINE_ON_CUDA(t, <CUDA kernel call>) <CPU kernel call>;
+// Helpers shared by the op files: the one kernel dispatch, the accumulation dtype, and the
+// checks every op makes. An op reads:
+//   const Device dev = op_device("relu", {&x});
+//   ENGINE_KERNEL("relu", dev, x.dtype(), T, K::relu_forward(x.data<T>(), y.data<T>(), n, stream));
+// and that one line runs kernels::cpu::relu_forward or kernels::cuda::relu_forward: the two
+// backends' kernels of an op share one signature (kernels/shapes.h), the stream last.
 #pragma once
 
-#include "engine/ops.h"
+#include <initializer_list>
 
-#ifdef ENGINE_WITH_CUDA
+#include "engine/ops.h"
+#include "kernels/cpu/augment.h"
+#include "kernels/cpu/batch_norm.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/shapes.h"
+
+#ifdef ENGINE_WITH_CUDA  // the CUDA twins, same names and signatures
+#include "kernels/cuda/augment.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/conv.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/pool.h"
 #endif
 
 namespace engine {
@@ -15,33 +36,67 @@ inline DType acc_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F
 
 inline Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 
+// The device an op runs on: that of its (defined) tensors, which must all agree.
+inline Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t || !t->defined()) continue;
+    if (!first) first = t;
+    ENGINE_CHECK(t->device() == first->device(),
+                 op << ": tensors on different devices, " << first->desc() << " and " << t->desc());
+  }
+  ENGINE_CHECK(first, op << ": no tensor to run on");
+  return first->device();
+}
+
 #ifdef ENGINE_WITH_CUDA
-inline cudaStream_t cuda_stream() { return kernels::cuda::default_stream(); }
+inline kernels::Stream cuda_stream() { return kernels::cuda::default_stream(); }
 #endif
 
 }  // namespace engine
 
-// Runs the CUDA body for tensors on a CUDA device (an error in a build without CUDA), and
-// the statement that follows for CPU tensors.
+// ENGINE_KERNEL(opname, device, dtype, T, call): runs `call` once, on the device's backend,
+// with T bound to dtype's C++ type, K to that backend's kernel namespace (kernels::cpu or
+// kernels::cuda) and `stream` to its stream (the engine's CUDA stream; null on the CPU).
+// The CUDA kernels are built for the training dtypes; FP64 (gradient checks) is CPU-only,
+// except in ENGINE_KERNEL_ANY_FLOAT, for kernels the GPU also has in FP64 (casts).
+#define ENGINE_CASE_(D, CT, T, ...) \
+  case ::engine::DType::D: { using T = CT; __VA_ARGS__; break; }
+// Passed by name (f64_case) and expanded inside, so the body's commas stay in one argument.
+#define ENGINE_CASE_F64_(T, ...) ENGINE_CASE_(F64, double, T, __VA_ARGS__)
+#define ENGINE_NO_CASE_(T, ...)
 #ifdef ENGINE_WITH_CUDA
-#define ENGINE_ON_CUDA(t, ...)   \
-  if ((t).device().is_cuda()) {  \
-    __VA_ARGS__;                 \
-  } else
+#define ENGINE_KERNEL_CUDA_(opname, dtype, T, f64_case, ...)                                            \
+  {                                                                                                     \
+    namespace K = ::kernels::cuda;                                                                      \
+    [[maybe_unused]] const ::kernels::Stream stream = ::engine::cuda_stream();                          \
+    switch (dtype) {                                                                                    \
+      ENGINE_CASE_(F32, float, T, __VA_ARGS__)                                                          \
+      ENGINE_CASE_(F16, ::engine::half, T, __VA_ARGS__)                                                 \
+      ENGINE_CASE_(BF16, ::engine::bfloat16, T, __VA_ARGS__)                                            \
+      f64_case(T, __VA_ARGS__)                                                                          \
+      default:                                                                                          \
+        ENGINE_FAIL(opname << ": " << ::engine::dtype_name(dtype)                                       \
+                           << " is not supported on CUDA (f32, f16, bf16 are; f64 runs on the CPU)");   \
+    }                                                                                                   \
+  }
 #else
-#define ENGINE_ON_CUDA(t, ...)                                                                  \
-  if ((t).device().is_cuda()) {                                                                 \
-    ENGINE_FAIL((t).desc() << " is on a CUDA device, but this build has no CUDA backend");      \
-  } else
+#define ENGINE_KERNEL_CUDA_(opname, dtype, T, f64_case, ...) \
+  ENGINE_FAIL(opname << ": the tensors are on a CUDA device, but this build has no CUDA backend");
 #endif
 
-// The CUDA kernels are built for the training dtypes; FP64 (gradient checks) is CPU-only.
-#define ENGINE_DISPATCH_CUDA(dtype, opname, T, ...)                                      \
-  switch (dtype) {                                                                       \
-    case ::engine::DType::F32: { using T = float; __VA_ARGS__; break; }                  \
-    case ::engine::DType::F16: { using T = ::engine::half; __VA_ARGS__; break; }         \
-    case ::engine::DType::BF16: { using T = ::engine::bfloat16; __VA_ARGS__; break; }    \
-    default:                                                                             \
-      ENGINE_FAIL(opname << ": " << ::engine::dtype_name(dtype)                          \
-                         << " is not supported on CUDA (f32, f16, bf16 are; f64 runs on the CPU)"); \
-  }
+#define ENGINE_KERNEL_ON_(opname, device, dtype, T, f64_case, ...)      \
+  do {                                                                \
+    if ((device).is_cuda()) {                                         \
+      ENGINE_KERNEL_CUDA_(opname, dtype, T, f64_case, __VA_ARGS__)    \
+    } else {                                                          \
+      namespace K = ::kernels::cpu;                                   \
+      [[maybe_unused]] const ::kernels::Stream stream = nullptr;      \
+      ENGINE_DISPATCH_FLOAT(dtype, opname, T, __VA_ARGS__);           \
+    }                                                                 \
+  } while (0)
+
+#define ENGINE_KERNEL(opname, device, dtype, T, ...) \
+  ENGINE_KERNEL_ON_(opname, device, dtype, T, ENGINE_NO_CASE_, __VA_ARGS__)
+#define ENGINE_KERNEL_ANY_FLOAT(opname, device, dtype, T, ...) \
+  ENGINE_KERNEL_ON_(opname, device, dtype, T, ENGINE_CASE_F64_, __VA_ARGS__)

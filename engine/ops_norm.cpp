@@ -1,20 +1,8 @@
 // Pooling and batch-norm (statistics and affine parameters in FP32 whatever the data dtype).
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
-#include "kernels/cpu/batchnorm.h"
-#include "kernels/cpu/pool.h"
-
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/batchnorm.h"
-#include "kernels/cuda/pool.h"
-#endif
 
 namespace engine {
-
-namespace kc = kernels::cpu;
-#ifdef ENGINE_WITH_CUDA
-namespace kcu = kernels::cuda;
-#endif
 
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) {
   check_float("max_pool2d", x, "input");
@@ -24,29 +12,17 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) 
                                          << " (padding must be at most half the kernel)");
   ENGINE_CHECK(x.dim(1) + 2 * pad >= kernel && x.dim(2) + 2 * pad >= kernel,
                "max_pool2d: kernel " << kernel << " larger than padded input " << shape_str(x.shape()));
-  kc::Pool2dShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel, stride, pad};
+  kernels::PoolShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel, stride, pad};
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.c}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty(y.shape(), DType::I32, x.device());
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "max_pool2d", T,
-                                        kcu::maxpool2d_forward(kcu::PoolDims{sh.n, sh.h, sh.w, sh.c, kernel, stride, pad},
-                                                               x.data<T>(), y.data<T>(), argmax.data<int32_t>(),
-                                                               cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "max_pool2d", T,
-                        kc::maxpool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<int32_t>()));
+  const Device dev = op_device("max_pool2d", {&x});
+  ENGINE_KERNEL("max_pool2d", dev, x.dtype(), T,
+                K::max_pool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<int32_t>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("max_pool2d", {x}, y, [x, argmax, sh](const Tensor& gy) -> std::vector<Tensor> {
-      // The CUDA kernel gathers into every element of gx; the CPU one scatters into zeros.
-      Tensor gx = like(x);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "max_pool2d backward", T,
-                                            kcu::maxpool2d_backward(kcu::PoolDims{sh.n, sh.h, sh.w, sh.c, sh.kernel,
-                                                                                  sh.stride, sh.pad},
-                                                                    gy.data<T>(), argmax.data<int32_t>(), gx.data<T>(),
-                                                                    cuda_stream())))
-      {
-        gx.zero();
-        ENGINE_DISPATCH_FLOAT(x.dtype(), "max_pool2d backward", T,
-                              kc::maxpool2d_backward(sh, gy.data<T>(), argmax.data<int32_t>(), gx.data<T>()));
-      }
+    active_tape()->record("max_pool2d", {x}, y, [x, argmax, sh, dev](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = like(x);  // overwritten by both backends' kernels
+      ENGINE_KERNEL("max_pool2d backward", dev, x.dtype(), T,
+                    K::max_pool2d_backward(sh, gy.data<T>(), argmax.data<int32_t>(), gx.data<T>(), stream));
       return {gx};
     });
   }
@@ -58,18 +34,14 @@ Tensor global_avg_pool(const Tensor& x) {
   ENGINE_CHECK(x.ndim() == 4, "global_avg_pool: input must be NHWC (4-D), got " << x.desc());
   const int64_t n = x.dim(0), hw = x.dim(1) * x.dim(2), c = x.dim(3);
   Tensor y = Tensor::empty({n, c}, x.dtype(), x.device());
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "global_avg_pool", T,
-                                        kcu::global_avgpool_forward(n, hw, c, x.data<T>(), y.data<T>(), cuda_stream())))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "global_avg_pool", T,
-                        kc::global_avgpool_forward(n, hw, c, x.data<T>(), y.data<T>()));
+  const Device dev = op_device("global_avg_pool", {&x});
+  ENGINE_KERNEL("global_avg_pool", dev, x.dtype(), T,
+                K::global_avg_pool_forward(n, hw, c, x.data<T>(), y.data<T>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("global_avg_pool", {x}, y, [x, n, hw, c](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record("global_avg_pool", {x}, y, [x, n, hw, c, dev](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "global_avg_pool backward", T,
-                                            kcu::global_avgpool_backward(n, hw, c, gy.data<T>(), gx.data<T>(),
-                                                                         cuda_stream())))
-      ENGINE_DISPATCH_FLOAT(x.dtype(), "global_avg_pool backward", T,
-                            kc::global_avgpool_backward(n, hw, c, gy.data<T>(), gx.data<T>()));
+      ENGINE_KERNEL("global_avg_pool backward", dev, x.dtype(), T,
+                    K::global_avg_pool_backward(n, hw, c, gy.data<T>(), gx.data<T>(), stream));
       return {gx};
     });
   }
@@ -92,29 +64,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
   Tensor y = like(x);
   Tensor mean = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
   Tensor invstd = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
-  ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "batch_norm", T, {
+  const Device dev = op_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
+  if (!training) mean.copy_from(running_mean);  // saved for backward (queued on the GPU: no wait)
+  ENGINE_KERNEL("batch_norm", dev, x.dtype(), T, {
     using P = kernels::acc_t<T>;
     if (training) {
-      kcu::batchnorm_forward_train<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps), P(momentum),
-                                         running_mean.data<P>(), running_var.data<P>(), mean.data<P>(),
-                                         invstd.data<P>(), y.data<T>(), cuda_stream());
-    } else {
-      mean.copy_from(running_mean);
-      kcu::batchnorm_forward_eval<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps),
-                                        running_mean.data<P>(), running_var.data<P>(), invstd.data<P>(), y.data<T>(),
-                                        cuda_stream());
-    }
-  }))
-  ENGINE_DISPATCH_FLOAT(x.dtype(), "batch_norm", T, {
-    using P = kernels::acc_t<T>;
-    if (training) {
-      kc::batchnorm_forward_train<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps), P(momentum),
+      K::batch_norm_forward_train<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps), P(momentum),
                                         running_mean.data<P>(), running_var.data<P>(), mean.data<P>(),
-                                        invstd.data<P>(), y.data<T>());
+                                        invstd.data<P>(), y.data<T>(), stream);
     } else {
-      mean.copy_from(running_mean);
-      kc::batchnorm_forward_eval<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps),
-                                       running_mean.data<P>(), running_var.data<P>(), invstd.data<P>(), y.data<T>());
+      K::batch_norm_forward_eval<T, P>(rows, c, x.data<T>(), gamma.data<P>(), beta.data<P>(), P(eps),
+                                       running_mean.data<P>(), running_var.data<P>(), invstd.data<P>(), y.data<T>(),
+                                       stream);
     }
   });
   if (should_record({&x, &gamma, &beta})) {
@@ -122,17 +83,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
                           [x, gamma, mean, invstd, training, rows, c](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = x.requires_grad() ? like(x) : Tensor();
       Tensor ggamma = like(gamma), gbeta = like(gamma);
-      ENGINE_ON_CUDA(x, ENGINE_DISPATCH_CUDA(x.dtype(), "batch_norm backward", T, {
+      ENGINE_KERNEL("batch_norm backward", x.device(), x.dtype(), T, {
         using P = kernels::acc_t<T>;
-        kcu::batchnorm_backward<T, P>(rows, c, x.data<T>(), gy.data<T>(), gamma.data<P>(), mean.data<P>(),
-                                      invstd.data<P>(), training, gx.defined() ? gx.data<T>() : nullptr,
-                                      ggamma.data<P>(), gbeta.data<P>(), cuda_stream());
-      }))
-      ENGINE_DISPATCH_FLOAT(x.dtype(), "batch_norm backward", T, {
-        using P = kernels::acc_t<T>;
-        kc::batchnorm_backward<T, P>(rows, c, x.data<T>(), gy.data<T>(), gamma.data<P>(), mean.data<P>(),
+        K::batch_norm_backward<T, P>(rows, c, x.data<T>(), gy.data<T>(), gamma.data<P>(), mean.data<P>(),
                                      invstd.data<P>(), training, gx.defined() ? gx.data<T>() : nullptr,
-                                     ggamma.data<P>(), gbeta.data<P>());
+                                     ggamma.data<P>(), gbeta.data<P>(), stream);
       });
       return {gx, ggamma, gbeta};
     });

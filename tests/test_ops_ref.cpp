@@ -13,6 +13,7 @@
 #include "engine/ops.h"
 #include "engine/tape.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/pool.h"
 
 namespace {
 
@@ -894,4 +895,20 @@ TEST_CASE("max_pool2d in FP64 tells apart values that FP32 would call equal", "[
   check_maxpool({1.0, hi, 1.0, 1.0}, 1, 2, 2, 1, 2, 2, 0, DType::F64);
   Tensor y = engine::max_pool2d(Tensor::from_vector({1.0, hi, 1.0, 1.0}, {1, 2, 2, 1}, DType::F64), 2, 2, 0);
   CHECK(y.to_vector() == Vec{hi});
+}
+
+TEST_CASE("max_pool2d_backward overwrites its output, as the CUDA kernel does", "[ref]") {
+  // The contract of both backends: gx is written whole, whatever it held (NaN here).
+  const kernels::PoolShape sh{1, 4, 4, 2, 2, 2, 0};
+  std::vector<float> x(32), y(8), gy(8, 1.0f), gx(32, std::nanf(""));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 11);
+  std::vector<int32_t> argmax(8);
+  kernels::cpu::max_pool2d_forward(sh, x.data(), y.data(), argmax.data());
+  kernels::cpu::max_pool2d_backward(sh, gy.data(), argmax.data(), gx.data());
+  float total = 0;
+  for (float g : gx) {
+    REQUIRE_FALSE(std::isnan(g));
+    total += g;
+  }
+  CHECK(total == 8.0f);  // each output's gradient lands once
 }

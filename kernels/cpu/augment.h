@@ -6,6 +6,7 @@
 
 #include "kernels/augment_math.h"
 #include "kernels/convert.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cpu {
 
@@ -14,7 +15,7 @@ namespace kernels::cpu {
 template <class T>
 void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* indices, int64_t batch, int h, int w,
                 int c, bool augment, const AugmentConfig& cfg, uint64_t seed, uint64_t epoch, T* out,
-                int32_t* labels_out) {
+                int32_t* labels_out, Stream = nullptr) {
 #pragma omp parallel for if (batch > 8)
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t img = indices[b];

@@ -13,30 +13,22 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/convert.h"
 #include "kernels/numeric.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cpu {
 
-struct Conv2dShape {
-  int64_t n, h, w, c;        // input NHWC
-  int64_t k, r, s;           // filters KRSC (k outputs, r x s taps)
-  int64_t stride = 1, pad = 0;
-  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
-  int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
-  int64_t patch() const { return r * s * c; }  // one im2col row
-  bool pointwise() const { return r == 1 && s == 1 && stride == 1 && pad == 0; }
-};
 
 namespace detail {
 
 // How many images one im2col chunk holds: about 8 MB of column buffer, at least one image.
-inline int64_t images_per_chunk(const Conv2dShape& sh) {
+inline int64_t images_per_chunk(const ConvShape& sh) {
   const int64_t per_image = sh.out_h() * sh.out_w() * sh.patch();
   return std::max<int64_t>(1, (int64_t(1) << 21) / std::max<int64_t>(1, per_image));
 }
 
 // col[(b*OH + i)*OW + j][(r*S + s)*C + c] = x[b, i*stride - pad + r, j*stride - pad + s, c] or 0.
 template <class T, class A>
-void im2col(const Conv2dShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
+void im2col(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
   const int64_t oh = sh.out_h(), ow = sh.out_w(), patch = sh.patch();
 #pragma omp parallel for collapse(2) if (nb * oh > 8)
   for (int64_t b = 0; b < nb; ++b) {
@@ -70,7 +62,7 @@ void im2col(const Conv2dShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
 // The adjoint of im2col: adds each column entry back into its input pixel. Images are
 // independent, so threads split by image and never write the same pixel.
 template <class A>
-void col2im_add(const Conv2dShape& sh, const A* col, int64_t b0, int64_t nb, A* gx) {
+void col2im_add(const ConvShape& sh, const A* col, int64_t b0, int64_t nb, A* gx) {
   const int64_t oh = sh.out_h(), ow = sh.out_w(), patch = sh.patch();
 #pragma omp parallel for if (nb > 1)
   for (int64_t b = 0; b < nb; ++b) {
@@ -109,7 +101,7 @@ const A* widen(const T* p, int64_t n, std::vector<A>& storage) {
 
 // y[N,OH,OW,K] = conv(x, w) + bias (bias may be null).
 template <class T>
-void conv2d_forward(const Conv2dShape& sh, const T* x, const T* w, const T* bias, T* y) {
+void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   std::vector<A> w_store, bias_store, col, out;
@@ -150,7 +142,7 @@ void conv2d_forward(const Conv2dShape& sh, const T* x, const T* w, const T* bias
 
 // gx = conv-transpose(gy, w): the gradient with respect to the input.
 template <class T>
-void conv2d_backward_data(const Conv2dShape& sh, const T* gy, const T* w, T* gx) {
+void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   const int64_t in_elems = sh.n * sh.h * sh.w * sh.c;
@@ -181,7 +173,7 @@ void conv2d_backward_data(const Conv2dShape& sh, const T* gy, const T* w, T* gx)
 // gw[K, R*S*C] = sum over output pixels of gy^T * im2col(x); gbias[K] = sum of gy (if non-null).
 // The sums over all chunks stay in A and are rounded to T once.
 template <class T>
-void conv2d_backward_filter(const Conv2dShape& sh, const T* x, const T* gy, T* gw, T* gbias) {
+void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   std::vector<A> gy_store, col, gwa(static_cast<size_t>(sh.k * patch), A(0)), gba(static_cast<size_t>(sh.k), A(0));

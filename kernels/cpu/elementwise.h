@@ -9,17 +9,18 @@
 #include "kernels/convert.h"
 #include "kernels/element_math.h"
 #include "kernels/numeric.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cpu {
 
 // Large loops are split across threads; small ones are not worth waking them.
 constexpr int64_t kParallelMin = 1 << 15;
 
-template <class T> void relu_forward(const T* x, T* y, int64_t n) {
+template <class T> void relu_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(relu_fwd<acc_t<T>>(load_simd(x[i])));
 }
-template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n) {
+template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<acc_t<T>, float>) {
@@ -33,27 +34,27 @@ template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n)
     }
   }
 }
-template <class T> void gelu_forward(const T* x, T* y, int64_t n) {
+template <class T> void gelu_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(gelu_fwd<acc_t<T>>(x[i]));
 }
-template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n) {
+template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(gelu_bwd<acc_t<T>>(x[i], gy[i]));
 }
 // y = a + b
-template <class T> void add(const T* a, const T* b, T* y, int64_t n) {
+template <class T> void add(const T* a, const T* b, T* y, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(load_simd(a[i]) + load_simd(b[i]));
 }
 // y = s * x
-template <class T> void scale(const T* x, double s, T* y, int64_t n) {
+template <class T> void scale(const T* x, double s, T* y, int64_t n, Stream = nullptr) {
   const acc_t<T> sa = static_cast<acc_t<T>>(s);
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(sa * load_simd(x[i]));
 }
 // Conversion between storage types through float (double when either side is double).
-template <class From, class To> void cast(const From* x, To* y, int64_t n) {
+template <class From, class To> void cast(const From* x, To* y, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     // The two casts of every FP16 step (masters to compute copies, gradients back) take
@@ -64,12 +65,24 @@ template <class From, class To> void cast(const From* x, To* y, int64_t n) {
   }
 }
 // y = x * keep(i) / (1 - p); the same function serves forward and backward.
-template <class T> void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream) {
+template <class T> void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream, Stream = nullptr) {
   const acc_t<T> inv_keep = acc_t<T>(1) / (acc_t<T>(1) - acc_t<T>(p));
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)
     y[i] = dropout_keep(seed, stream, static_cast<uint64_t>(i), p) ? from_acc<T>(acc_t<T>(x[i]) * inv_keep)
                                                                     : from_acc<T>(acc_t<T>(0));
+}
+
+// *out = sum of all elements in acc_t<T>, in index order.
+template <class T> void sum(const T* x, int64_t n, acc_t<T>* out, Stream = nullptr) {
+  acc_t<T> total = 0;
+  for (int64_t i = 0; i < n; ++i) total += acc_t<T>(x[i]);
+  *out = total;
+}
+// y[i] = *value rounded once to T (sum's backward; the CUDA twin reads value on the device).
+template <class T> void fill_from_device(T* y, const acc_t<T>* value, int64_t n, Stream = nullptr) {
+  const T v = from_acc<T>(*value);
+  for (int64_t i = 0; i < n; ++i) y[i] = v;
 }
 
 }  // namespace kernels::cpu

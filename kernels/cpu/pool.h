@@ -7,18 +7,13 @@
 #include <vector>
 
 #include "kernels/numeric.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cpu {
 
-struct Pool2dShape {
-  int64_t n, h, w, c;         // input NHWC
-  int64_t kernel, stride, pad;
-  int64_t out_h() const { return (h + 2 * pad - kernel) / stride + 1; }
-  int64_t out_w() const { return (w + 2 * pad - kernel) / stride + 1; }
-};
 
 // argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
-template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax, Stream = nullptr) {
   const int64_t oh = s.out_h(), ow = s.out_w();
 #pragma omp parallel if (s.n * oh > 16)
   {
@@ -69,12 +64,15 @@ template <class T> void maxpool2d_forward(const Pool2dShape& s, const T* x, T* y
   }
 }
 
-// gx must be zeroed by the caller; overlapping windows add.
-template <class T> void maxpool2d_backward(const Pool2dShape& s, const T* gy, const int32_t* argmax, T* gx) {
+// gx is overwritten (as on the GPU): zeroed, then each output's gradient added at its argmax,
+// outputs in order, so overlapping windows add in the order the GPU's gather adds them.
+template <class T>
+void max_pool2d_backward(const PoolShape& s, const T* gy, const int32_t* argmax, T* gx, Stream = nullptr) {
   const int64_t per_image_out = s.out_h() * s.out_w() * s.c;
   const int64_t per_image_in = s.h * s.w * s.c;
 #pragma omp parallel for if (s.n > 1)
   for (int64_t b = 0; b < s.n; ++b) {
+    for (int64_t i = 0; i < per_image_in; ++i) gx[b * per_image_in + i] = from_acc<T>(acc_t<T>(0));
     for (int64_t o = 0; o < per_image_out; ++o) {
       const int64_t ch = o % s.c;
       T& dst = gx[b * per_image_in + argmax[b * per_image_out + o] * s.c + ch];
@@ -84,7 +82,7 @@ template <class T> void maxpool2d_backward(const Pool2dShape& s, const T* gy, co
 }
 
 // y[n, c] = mean over h, w of x[n, h, w, c], accumulated in acc_t<T>.
-template <class T> void global_avgpool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
+template <class T> void global_avg_pool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, Stream = nullptr) {
 #pragma omp parallel for if (n > 1)
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -95,7 +93,8 @@ template <class T> void global_avgpool_forward(int64_t n, int64_t hw, int64_t c,
   }
 }
 
-template <class T> void global_avgpool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx) {
+template <class T>
+void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, Stream = nullptr) {
 #pragma omp parallel for if (n > 1)
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t p = 0; p < hw; ++p)

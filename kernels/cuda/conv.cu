@@ -58,7 +58,7 @@ template <> cudnnDataType_t cudnn_type<float>() { return CUDNN_DATA_FLOAT; }
 template <> cudnnDataType_t cudnn_type<half>() { return CUDNN_DATA_HALF; }
 template <> cudnnDataType_t cudnn_type<bfloat16>() { return CUDNN_DATA_BFLOAT16; }
 
-std::string dims_str(const ConvDims& d) {
+std::string dims_str(const ConvShape& d) {
   std::ostringstream os;
   os << "x[" << d.n << "," << d.h << "," << d.w << "," << d.c << "] w[" << d.k << "," << d.r << "," << d.s << ","
      << d.c << "] stride " << d.stride << " pad " << d.pad;
@@ -93,7 +93,7 @@ struct Descs {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
-  Descs(const ConvDims& d, cudnnDataType_t dt) {
+  Descs(const ConvShape& d, cudnnDataType_t dt) {
     const int64_t oh = d.out_h(), ow = d.out_w();
     for (int64_t v : {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad, oh, ow})
       ENGINE_CHECK(v <= INT_MAX, "conv2d: dimension " << v << " exceeds cuDNN's int range (" << dims_str(d) << ")");
@@ -286,7 +286,7 @@ const char* route_name(ConvRoute r) {
 
 // Tries candidates in order; on the first that runs, caches it under `key` and returns true.
 // `tried` collects why the others were passed over.
-bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvDims& dims, cudnnDataType_t dt, bool tf32,
+bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& dims, cudnnDataType_t dt, bool tf32,
                     bool det, const std::vector<Cand>& cands, ConvRoute route, const Key& key, const void* in0,
                     const void* in1, void* out, std::ostringstream& tried) {
   const bool fp32 = dt == CUDNN_DATA_FLOAT;
@@ -331,7 +331,7 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvDims& di
   return false;
 }
 
-Key make_key(Dir dir, const ConvDims& dims, cudnnDataType_t dt, bool tf32, ConvAlgoSearch search, bool det,
+Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, bool tf32, ConvAlgoSearch search, bool det,
              const void* in0, const void* in1, const void* out) {
   return Key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search), det ? 1 : 0,
              static_cast<int>(std::min({detail::pointer_alignment(in0), detail::pointer_alignment(in1),
@@ -341,7 +341,7 @@ Key make_key(Dir dir, const ConvDims& dims, cudnnDataType_t dt, bool tf32, ConvA
 
 // Runs the convolution with its own descriptors: the cached algorithm, else the configured
 // search and then (after heuristics) the measured one. False when no algorithm runs.
-bool conv_unpadded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, const void* in0, const void* in1, void* out,
+bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const void* in0, const void* in1, void* out,
                    ConvRoute first, std::ostringstream& tried) {
   if (first == ConvRoute::Padded && dims.c % 8 == 0 && dims.k % 8 == 0) first = ConvRoute::Search;  // nothing to pad
   cudnnHandle_t h = context().cudnn();
@@ -407,9 +407,9 @@ void copy_channels(void* dst, int64_t to, const void* src, int64_t from, int64_t
 // The last resort for shapes no algorithm takes (3-channel FP16/BF16 NHWC inputs, odd channel
 // counts): input and output channels zero-padded to multiples of 8, the padded problem solved,
 // the result sliced back. Zero channels add nothing to any sum, so the result is the same.
-bool conv_padded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
+bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
                  void* out, cudaStream_t stream, std::ostringstream& tried) {
-  ConvDims p = dims;
+  ConvShape p = dims;
   p.c = round_up8(dims.c);
   p.k = round_up8(dims.k);
   if (p.c == dims.c && p.k == dims.k) return false;  // nothing to pad
@@ -469,7 +469,7 @@ bool conv_padded(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem,
   return ok;
 }
 
-void conv_op(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
+void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
              void* out, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mu);
   CHECK_CUDNN(cudnnSetStream(context().cudnn(), stream));
@@ -495,9 +495,9 @@ void conv_op(Dir dir, const ConvDims& dims, cudnnDataType_t dt, size_t elem, con
                         << "): cuDNN offered no algorithm that runs;" << tried.str());
 }
 
-bool empty_input(const ConvDims& d) { return d.n == 0; }
+bool empty_input(const ConvShape& d) { return d.n == 0; }
 
-void check_dims(const ConvDims& d, const char* op) {
+void check_dims(const ConvShape& d, const char* op) {
   ENGINE_CHECK(d.n >= 0 && d.h > 0 && d.w > 0 && d.c > 0 && d.k > 0 && d.r > 0 && d.s > 0 && d.stride > 0 &&
                    d.pad >= 0 && d.out_h() > 0 && d.out_w() > 0,
                op << ": bad shape " << dims_str(d));
@@ -506,21 +506,21 @@ void check_dims(const ConvDims& d, const char* op) {
 }  // namespace
 
 template <class T>
-void conv2d_forward(const ConvDims& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream) {
+void conv2d_forward(const ConvShape& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream) {
   check_dims(d, "conv2d_forward");
   if (empty_input(d)) return;
   conv_op(Dir::Fwd, d, cudnn_type<T>(), sizeof(T), x, w, y, stream);
   if (bias) add_row_bias<T>(d.n * d.out_h() * d.out_w(), d.k, bias, y, stream);
 }
 
-template <class T> void conv2d_backward_data(const ConvDims& d, const T* gy, const T* w, T* gx, cudaStream_t stream) {
+template <class T> void conv2d_backward_data(const ConvShape& d, const T* gy, const T* w, T* gx, cudaStream_t stream) {
   check_dims(d, "conv2d_backward_data");
   if (empty_input(d)) return;
   conv_op(Dir::BwdData, d, cudnn_type<T>(), sizeof(T), gy, w, gx, stream);
 }
 
 template <class T>
-void conv2d_backward_filter(const ConvDims& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream) {
+void conv2d_backward_filter(const ConvShape& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream) {
   check_dims(d, "conv2d_backward_filter");
   if (empty_input(d)) {  // an empty batch contributes nothing: zero gradients, as on the CPU
     fill<T>(gw, 0.0, d.k * d.r * d.s * d.c, stream);
@@ -551,9 +551,9 @@ std::string conv_algo_report() {
 
 
 #define ENGINE_CUDA_CONV(T)                                                                        \
-  template void conv2d_forward<T>(const ConvDims&, const T*, const T*, const T*, T*, cudaStream_t); \
-  template void conv2d_backward_data<T>(const ConvDims&, const T*, const T*, T*, cudaStream_t);     \
-  template void conv2d_backward_filter<T>(const ConvDims&, const T*, const T*, T*, T*, cudaStream_t);
+  template void conv2d_forward<T>(const ConvShape&, const T*, const T*, const T*, T*, cudaStream_t); \
+  template void conv2d_backward_data<T>(const ConvShape&, const T*, const T*, T*, cudaStream_t);     \
+  template void conv2d_backward_filter<T>(const ConvShape&, const T*, const T*, T*, T*, cudaStream_t);
 ENGINE_CUDA_CONV(float)
 ENGINE_CUDA_CONV(kernels::half)
 ENGINE_CUDA_CONV(kernels::bfloat16)

@@ -12,28 +12,22 @@
 #include <string>
 
 #include "kernels/cuda/context.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cuda {
 
-struct ConvDims {
-  int64_t n, h, w, c;  // input NHWC
-  int64_t k, r, s;     // filters KRSC
-  int64_t stride = 1, pad = 0;
-  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
-  int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
-};
 
 // y[N,OH,OW,K] = conv(x, w) (+ bias[K] when non-null). The bias is added by a second kernel,
 // so FP16/BF16 outputs with a bias are rounded twice (as PyTorch's cuDNN path does); the CPU
 // twin rounds once.
 template <class T>
-void conv2d_forward(const ConvDims& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream);
+void conv2d_forward(const ConvShape& d, const T* x, const T* w, const T* bias, T* y, cudaStream_t stream);
 // gx[N,H,W,C] = the gradient with respect to the input.
-template <class T> void conv2d_backward_data(const ConvDims& d, const T* gy, const T* w, T* gx, cudaStream_t stream);
+template <class T> void conv2d_backward_data(const ConvShape& d, const T* gy, const T* w, T* gx, cudaStream_t stream);
 // gw[K,R,S,C] = the gradient with respect to the filters; gbias[K] = column sums of gy (when
 // non-null), summed in FP32 and rounded once.
 template <class T>
-void conv2d_backward_filter(const ConvDims& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream);
+void conv2d_backward_filter(const ConvShape& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream);
 
 // How an algorithm is chosen the first time a shape is seen (with set_deterministic(true),
 // see context.h, only among cuDNN's deterministic algorithms):

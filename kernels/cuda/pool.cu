@@ -14,7 +14,7 @@ using detail::kBlock;
 namespace {
 
 template <class T>
-__global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolDims d, int64_t oh, int64_t ow, const T* x, T* y,
+__global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolShape d, int64_t oh, int64_t ow, const T* x, T* y,
                                                               int32_t* argmax) {
   const int64_t total = d.n * oh * ow * d.c;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolDims d, int64_t
 // floor((ih + pad) / s)] (clamped to [0, oh)), likewise j. Visiting them in (i, j) order is
 // the CPU's order for this (b, ch), and rounding to T after each addition is its rounding.
 template <class T>
-__global__ void __launch_bounds__(kBlock) maxpool_bwd_kernel(PoolDims d, int64_t oh, int64_t ow, const T* gy,
+__global__ void __launch_bounds__(kBlock) maxpool_bwd_kernel(PoolShape d, int64_t oh, int64_t ow, const T* gy,
                                                               const int32_t* argmax, T* gx) {
   const int64_t total = d.n * d.h * d.w * d.c;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kBlock) gap_bwd_kernel(int64_t n, int64_t hw, 
   }
 }
 
-void check_dims(const PoolDims& d, const char* op) {
+void check_dims(const PoolShape& d, const char* op) {
   ENGINE_CHECK(d.n >= 0 && d.h > 0 && d.w > 0 && d.c > 0 && d.kernel > 0 && d.stride > 0 && d.pad >= 0 &&
                    d.pad * 2 <= d.kernel && d.out_h() > 0 && d.out_w() > 0,
                op << ": bad shape n=" << d.n << " h=" << d.h << " w=" << d.w << " c=" << d.c << " kernel=" << d.kernel
@@ -114,8 +114,8 @@ void check_dims(const PoolDims& d, const char* op) {
 
 }  // namespace
 
-template <class T> void maxpool2d_forward(const PoolDims& d, const T* x, T* y, int32_t* argmax, cudaStream_t s) {
-  check_dims(d, "maxpool2d_forward");
+template <class T> void max_pool2d_forward(const PoolShape& d, const T* x, T* y, int32_t* argmax, cudaStream_t s) {
+  check_dims(d, "max_pool2d_forward");
   const int64_t oh = d.out_h(), ow = d.out_w(), total = d.n * oh * ow * d.c;
   if (total == 0) return;
   maxpool_fwd_kernel<T><<<grid_for(total), kBlock, 0, s>>>(d, oh, ow, x, y, argmax);
@@ -123,34 +123,34 @@ template <class T> void maxpool2d_forward(const PoolDims& d, const T* x, T* y, i
 }
 
 template <class T>
-void maxpool2d_backward(const PoolDims& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t s) {
-  check_dims(d, "maxpool2d_backward");
+void max_pool2d_backward(const PoolShape& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t s) {
+  check_dims(d, "max_pool2d_backward");
   const int64_t total = d.n * d.h * d.w * d.c;
   if (total == 0) return;
   maxpool_bwd_kernel<T><<<grid_for(total), kBlock, 0, s>>>(d, d.out_h(), d.out_w(), gy, argmax, gx);
   CHECK_LAUNCH();
 }
 
-template <class T> void global_avgpool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, cudaStream_t s) {
-  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0, "global_avgpool_forward: bad shape n=" << n << " hw=" << hw << " c=" << c);
+template <class T> void global_avg_pool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, cudaStream_t s) {
+  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0, "global_avg_pool_forward: bad shape n=" << n << " hw=" << hw << " c=" << c);
   if (n == 0) return;
   gap_fwd_kernel<T><<<grid_for(n * c), kBlock, 0, s>>>(n, hw, c, x, y);
   CHECK_LAUNCH();
 }
 
 template <class T>
-void global_avgpool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, cudaStream_t s) {
-  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0, "global_avgpool_backward: bad shape n=" << n << " hw=" << hw << " c=" << c);
+void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, cudaStream_t s) {
+  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0, "global_avg_pool_backward: bad shape n=" << n << " hw=" << hw << " c=" << c);
   if (n == 0) return;
   gap_bwd_kernel<T><<<grid_for(n * hw * c), kBlock, 0, s>>>(n, hw, c, gy, gx);
   CHECK_LAUNCH();
 }
 
 #define ENGINE_CUDA_POOL(T)                                                                              \
-  template void maxpool2d_forward<T>(const PoolDims&, const T*, T*, int32_t*, cudaStream_t);             \
-  template void maxpool2d_backward<T>(const PoolDims&, const T*, const int32_t*, T*, cudaStream_t);      \
-  template void global_avgpool_forward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);        \
-  template void global_avgpool_backward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);
+  template void max_pool2d_forward<T>(const PoolShape&, const T*, T*, int32_t*, cudaStream_t);             \
+  template void max_pool2d_backward<T>(const PoolShape&, const T*, const int32_t*, T*, cudaStream_t);      \
+  template void global_avg_pool_forward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);        \
+  template void global_avg_pool_backward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);
 ENGINE_CUDA_POOL(float)
 ENGINE_CUDA_POOL(double)
 ENGINE_CUDA_POOL(kernels::half)

@@ -6,25 +6,20 @@
 #include <cstdint>
 
 #include "kernels/cuda/context.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cuda {
 
-struct PoolDims {
-  int64_t n, h, w, c;  // input NHWC
-  int64_t kernel, stride, pad;
-  int64_t out_h() const { return (h + 2 * pad - kernel) / stride + 1; }
-  int64_t out_w() const { return (w + 2 * pad - kernel) / stride + 1; }
-};
 
-template <class T> void maxpool2d_forward(const PoolDims& d, const T* x, T* y, int32_t* argmax, cudaStream_t stream);
-// gx is *overwritten* (no zeroing needed, unlike the CPU's scatter): each input element
+template <class T> void max_pool2d_forward(const PoolShape& d, const T* x, T* y, int32_t* argmax, cudaStream_t stream);
+// gx is overwritten, as on the CPU (the contract of both backends): each input element
 // gathers the gradients of the windows whose argmax it is, in the CPU's order and with its
 // per-addition rounding to T, so the result is bit-identical to the CPU reference.
 template <class T>
-void maxpool2d_backward(const PoolDims& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t stream);
+void max_pool2d_backward(const PoolShape& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t stream);
 // y[n, c] = mean over hw of x[n, hw, c] (sum in acc_t<T>, in order, then one division).
-template <class T> void global_avgpool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, cudaStream_t stream);
+template <class T> void global_avg_pool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, cudaStream_t stream);
 template <class T>
-void global_avgpool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, cudaStream_t stream);
+void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, cudaStream_t stream);
 
 }  // namespace kernels::cuda

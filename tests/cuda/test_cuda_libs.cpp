@@ -27,7 +27,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/conv.h"
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/element_math.h"
 
 namespace kc = kernels::cpu;
@@ -82,8 +82,8 @@ template <class T> void run_conv_case(const ConvCase& cc, bool tf32) {
   INFO("conv " << type_name<T>() << (tf32 ? " tf32" : "") << " x[" << cc.n << "," << cc.h << "," << cc.w << ","
                << cc.c << "] w[" << cc.k << "," << cc.r << "," << cc.s << "," << cc.c << "] stride " << cc.stride
                << " pad " << cc.pad);
-  const kc::Conv2dShape cs{cc.n, cc.h, cc.w, cc.c, cc.k, cc.r, cc.s, cc.stride, cc.pad};
-  const kg::ConvDims gs{cc.n, cc.h, cc.w, cc.c, cc.k, cc.r, cc.s, cc.stride, cc.pad};
+  const kernels::ConvShape cs{cc.n, cc.h, cc.w, cc.c, cc.k, cc.r, cc.s, cc.stride, cc.pad};
+  const kernels::ConvShape gs{cc.n, cc.h, cc.w, cc.c, cc.k, cc.r, cc.s, cc.stride, cc.pad};
   const int64_t nx = cc.n * cc.h * cc.w * cc.c, nw = cc.k * cc.r * cc.s * cc.c;
   const int64_t ny = cc.n * cs.out_h() * cs.out_w() * cc.k;
   const double rel = rel_bound<T>(tf32);
@@ -184,7 +184,7 @@ TEST_CASE("deterministic mode: only deterministic algorithms, and a repeated bac
   kg::set_deterministic(true);
   kg::clear_conv_algo_cache();
   // A batch large enough that cuDNN would consider its atomics-based backward algorithms.
-  const kg::ConvDims d{64, 16, 16, 32, 32, 3, 3, 1, 1};
+  const kernels::ConvShape d{64, 16, 16, 32, 32, 3, 3, 1, 1};
   const int64_t nx = d.n * d.h * d.w * d.c, nw = d.k * d.r * d.s * d.c, ny = d.n * d.out_h() * d.out_w() * d.k;
   const std::vector<half> x = random_vec<half>(nx, 81), w = random_vec<half>(nw, 82), gy = random_vec<half>(ny, 83);
   DeviceBuffer<half> dx(x), dw(w), dgy(gy), dgw(nw), dgx(nx);

@@ -15,13 +15,13 @@
 
 #include "catch2/catch.hpp"
 #include "cuda_test_util.h"
-#include "kernels/cpu/batchnorm.h"
+#include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/loss.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/pool.h"
-#include "kernels/cuda/batchnorm.h"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/loss.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/pool.h"
 
 namespace kc = kernels::cpu;
@@ -320,8 +320,8 @@ TEMPLATE_TEST_CASE("max-pool forward, argmax and backward are bit-identical to t
   for (const PoolCase& pc : kPoolCases) {
     INFO("pool n=" << pc.n << " h=" << pc.h << " w=" << pc.w << " c=" << pc.c << " k=" << pc.k << " s=" << pc.s
                    << " p=" << pc.p << " " << type_name<T>());
-    const kc::Pool2dShape cs{pc.n, pc.h, pc.w, pc.c, pc.k, pc.s, pc.p};
-    const kg::PoolDims gs{pc.n, pc.h, pc.w, pc.c, pc.k, pc.s, pc.p};
+    const kernels::PoolShape cs{pc.n, pc.h, pc.w, pc.c, pc.k, pc.s, pc.p};
+    const kernels::PoolShape gs{pc.n, pc.h, pc.w, pc.c, pc.k, pc.s, pc.p};
     const int64_t in_n = pc.n * pc.h * pc.w * pc.c, out_n = pc.n * cs.out_h() * cs.out_w() * pc.c;
     // Few distinct values, so windows hold ties (first maximum wins), and a few NaNs (win).
     // The (i % 3) * 2^-40 term survives only in FP64 (and at 0 in FP32): values that FP64
@@ -334,18 +334,18 @@ TEMPLATE_TEST_CASE("max-pool forward, argmax and backward are bit-identical to t
     }
     std::vector<T> y(out_n);
     std::vector<int32_t> am(out_n);
-    kc::maxpool2d_forward(cs, x.data(), y.data(), am.data());
+    kc::max_pool2d_forward(cs, x.data(), y.data(), am.data());
     DeviceBuffer<T> dx(x), dy(out_n);
     DeviceBuffer<int32_t> dam(out_n);
-    kg::maxpool2d_forward(gs, dx.get(), dy.get(), dam.get(), stream());
+    kg::max_pool2d_forward(gs, dx.get(), dy.get(), dam.get(), stream());
     expect_bits_equal(dy.download(), y, "maxpool forward");
     expect_bits_equal(dam.download(), am, "maxpool argmax");
 
     std::vector<T> gy = random_vec<T>(static_cast<size_t>(out_n), 6), gx(static_cast<size_t>(in_n));
-    for (auto& v : gx) v = kernels::convert<T>(0.0);  // the CPU scatter adds into zeros
-    kc::maxpool2d_backward(cs, gy.data(), am.data(), gx.data());
+    for (auto& v : gx) v = kernels::convert<T>(std::nan(""));  // poisoned: the CPU kernel overwrites gx too
+    kc::max_pool2d_backward(cs, gy.data(), am.data(), gx.data());
     DeviceBuffer<T> dgy(gy), dgx(in_n);  // NaN-poisoned: the GPU gather must write every element
-    kg::maxpool2d_backward(gs, dgy.get(), dam.get(), dgx.get(), stream());
+    kg::max_pool2d_backward(gs, dgy.get(), dam.get(), dgx.get(), stream());
     expect_bits_equal(dgx.download(), gx, "maxpool backward");
   }
 }
@@ -357,14 +357,14 @@ TEMPLATE_TEST_CASE("global average pool forward and backward are bit-identical t
     const int64_t n = shape[0], hw = shape[1], c = shape[2];
     INFO("gap n=" << n << " hw=" << hw << " c=" << c);
     std::vector<T> x = random_vec<T>(static_cast<size_t>(n * hw * c), 8), y(n * c);
-    kc::global_avgpool_forward(n, hw, c, x.data(), y.data());
+    kc::global_avg_pool_forward(n, hw, c, x.data(), y.data());
     DeviceBuffer<T> dx(x), dy(n * c);
-    kg::global_avgpool_forward(n, hw, c, dx.get(), dy.get(), stream());
+    kg::global_avg_pool_forward(n, hw, c, dx.get(), dy.get(), stream());
     expect_bits_equal(dy.download(), y, "gap forward");  // same summation order, one division
     std::vector<T> gy = random_vec<T>(static_cast<size_t>(n * c), 9), gx(n * hw * c);
-    kc::global_avgpool_backward(n, hw, c, gy.data(), gx.data());
+    kc::global_avg_pool_backward(n, hw, c, gy.data(), gx.data());
     DeviceBuffer<T> dgy(gy), dgx(n * hw * c);
-    kg::global_avgpool_backward(n, hw, c, dgy.get(), dgx.get(), stream());
+    kg::global_avg_pool_backward(n, hw, c, dgy.get(), dgx.get(), stream());
     expect_bits_equal(dgx.download(), gx, "gap backward");
   }
 }
@@ -396,11 +396,11 @@ TEMPLATE_TEST_CASE("batch-norm training/eval forward and backward match the CPU"
     // Training forward.
     std::vector<P> rm_cpu = rm, rv_cpu = rv, mean_cpu(c), invstd_cpu(c);
     std::vector<T> y_cpu(x.size());
-    kc::batchnorm_forward_train(rows, c, x.data(), gamma.data(), beta.data(), eps, mom, rm_cpu.data(), rv_cpu.data(),
+    kc::batch_norm_forward_train(rows, c, x.data(), gamma.data(), beta.data(), eps, mom, rm_cpu.data(), rv_cpu.data(),
                                 mean_cpu.data(), invstd_cpu.data(), y_cpu.data());
     DeviceBuffer<T> dx(x), dy(x.size());
     DeviceBuffer<P> dgamma(gamma), dbeta(beta), drm(rm), drv(rv), dmean(c), dinv(c);
-    kg::batchnorm_forward_train(rows, c, dx.get(), dgamma.get(), dbeta.get(), eps, mom, drm.get(), drv.get(),
+    kg::batch_norm_forward_train(rows, c, dx.get(), dgamma.get(), dbeta.get(), eps, mom, drm.get(), drv.get(),
                                 dmean.get(), dinv.get(), dy.get(), stream());
     expect_close(dmean.download(), to_d(mean_cpu), tol, 0.0, "save_mean");
     expect_close(dinv.download(), to_d(invstd_cpu), tol, 0.0, "save_invstd");
@@ -417,11 +417,11 @@ TEMPLATE_TEST_CASE("batch-norm training/eval forward and backward match the CPU"
     // Eval forward: invstd = 1 / sqrt(running_var + eps) is one IEEE sqrt and division: exact.
     std::vector<P> inv_eval_cpu(c);
     std::vector<T> ye_cpu(x.size());
-    kc::batchnorm_forward_eval(rows, c, x.data(), gamma.data(), beta.data(), eps, rm.data(), rv.data(),
+    kc::batch_norm_forward_eval(rows, c, x.data(), gamma.data(), beta.data(), eps, rm.data(), rv.data(),
                                inv_eval_cpu.data(), ye_cpu.data());
     DeviceBuffer<P> drm0(rm), drv0(rv), dinv_eval(c);
     dy.poison();
-    kg::batchnorm_forward_eval(rows, c, dx.get(), dgamma.get(), dbeta.get(), eps, drm0.get(), drv0.get(),
+    kg::batch_norm_forward_eval(rows, c, dx.get(), dgamma.get(), dbeta.get(), eps, drm0.get(), drv0.get(),
                                dinv_eval.get(), dy.get(), stream());
     expect_bits_equal(dinv_eval.download(), inv_eval_cpu, "eval invstd");
     for (int64_t r = 0; r < rows; ++r)
@@ -439,12 +439,12 @@ TEMPLATE_TEST_CASE("batch-norm training/eval forward and backward match the CPU"
       INFO("backward, training = " << training);
       std::vector<T> gx_cpu(x.size());
       std::vector<P> gg_cpu(c), gb_cpu(c);
-      kc::batchnorm_backward(rows, c, x.data(), gy.data(), gamma.data(), mean_cpu.data(), invstd_cpu.data(), training,
+      kc::batch_norm_backward(rows, c, x.data(), gy.data(), gamma.data(), mean_cpu.data(), invstd_cpu.data(), training,
                              gx_cpu.data(), gg_cpu.data(), gb_cpu.data());
       dgx.poison();
       dgg.poison();
       dgb.poison();
-      kg::batchnorm_backward(rows, c, dx.get(), dgy.get(), dgamma.get(), dm.get(), di.get(), training, dgx.get(),
+      kg::batch_norm_backward(rows, c, dx.get(), dgy.get(), dgamma.get(), dm.get(), di.get(), training, dgx.get(),
                              dgg.get(), dgb.get(), stream());
       std::vector<double> mg(c, 0.0), mgx(c, 0.0);
       for (int64_t r = 0; r < rows; ++r)
@@ -497,8 +497,9 @@ TEMPLATE_TEST_CASE("cross-entropy forward and backward match the CPU", "[cuda][s
     }
     std::vector<A> probs_cpu(z.size());
     A loss_cpu = 0;
-    const int64_t bad_cpu = kc::cross_entropy_forward(cs.rows, cs.k, z.data(), labels.data(), A(cs.smoothing),
-                                                      probs_cpu.data(), &loss_cpu);
+    int bad_cpu = -1;
+    kc::cross_entropy_forward(cs.rows, cs.k, z.data(), labels.data(), A(cs.smoothing), probs_cpu.data(), &loss_cpu,
+                              &bad_cpu);
     DeviceBuffer<T> dz(z);
     DeviceBuffer<int32_t> dl(labels);
     DeviceBuffer<A> dprobs(z.size()), dloss(1);
@@ -509,8 +510,13 @@ TEMPLATE_TEST_CASE("cross-entropy forward and backward match the CPU", "[cuda][s
     for (T v : z) zmax = std::fmax(zmax, std::fabs(to_d(v)));
     const double ua = unit_roundoff<A>();
     expect_close(dprobs.download(), to_d(probs_cpu), 16 * ua * (1 + zmax), 1e-30, "probs");
-    expect_close(dloss.download(), {to_d(loss_cpu)}, 0.0, 16 * ua * (1 + zmax) + 1e-6 * std::fabs(to_d(loss_cpu)),
-                 "loss");
+    if (bad_cpu) {  // both backends' contract: the loss is NaN
+      CHECK(std::isnan(to_d(loss_cpu)));
+      CHECK(std::isnan(to_d(dloss.download()[0])));
+    } else {
+      expect_close(dloss.download(), {to_d(loss_cpu)}, 0.0, 16 * ua * (1 + zmax) + 1e-6 * std::fabs(to_d(loss_cpu)),
+                   "loss");
+    }
     CHECK(dbad.download()[0] == bad_cpu);
 
     // Backward from the CPU's probabilities, with the incoming gradient (the loss scale) on
@@ -519,7 +525,8 @@ TEMPLATE_TEST_CASE("cross-entropy forward and backward match the CPU", "[cuda][s
       DeviceBuffer<A> dp(probs_cpu), dg(std::vector<A>{A(g)});
       DeviceBuffer<T> dgl(z.size());
       std::vector<T> gl_cpu(z.size());
-      kc::cross_entropy_backward(cs.rows, cs.k, probs_cpu.data(), labels.data(), A(cs.smoothing), A(g),
+      const A g_cpu = A(g);
+      kc::cross_entropy_backward(cs.rows, cs.k, probs_cpu.data(), labels.data(), A(cs.smoothing), &g_cpu, nullptr,
                                  gl_cpu.data());
       kg::cross_entropy_backward(cs.rows, cs.k, dp.get(), dl.get(), A(cs.smoothing), dg.get(), nullptr, dgl.get(),
                                  stream());

@@ -243,3 +243,12 @@ TEST_CASE("sum's backward on CUDA reads the gradient on the device", "[cuda]") {
     for (double v : g) CHECK(v == 3.0);
   }
 }
+
+TEST_CASE("an op refuses tensors on different devices with one clear error", "[cuda]") {
+  Tensor a = Tensor::full({4}, 1.0, DType::F32);
+  Tensor b = Tensor::full({4}, 2.0, DType::F32).to(engine::Device::cuda(0));
+  CHECK_THROWS_WITH(engine::add(a, b), Catch::Contains("device"));
+  Tensor x = Tensor::full({2, 3}, 1.0, DType::F32).to(engine::Device::cuda(0));
+  Tensor labels = Tensor::from_ints({0, 1}, {2});  // on the CPU
+  CHECK_THROWS_WITH(engine::cross_entropy(x, labels), Catch::Contains("cpu"));
+}

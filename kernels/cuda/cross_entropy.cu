@@ -1,6 +1,6 @@
 // Cross-entropy kernels: one warp per row for the softmax (k is 10 to ~1000 for image
 // classification: 32 lanes stride over it), then one block sums the per-row losses.
-#include "kernels/cuda/loss.h"
+#include "kernels/cuda/cross_entropy.h"
 
 #include <cuda_runtime.h>
 
@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/loss_math.h"
 
 namespace kernels::cuda {
 
@@ -42,16 +43,10 @@ __global__ void __launch_bounds__(kBlock) ce_rows_kernel(int64_t rows, int64_t k
     }
     neg = detail::warp_sum(neg);
     if (lane == 0) {
-      const A mean_neg_logp = neg / A(k);
       const int32_t y = labels[r];
-      if (y < 0 || y >= k) {
-        row_bad[r] = 1;
-        row_loss[r] = 0;
-      } else {
-        row_bad[r] = 0;
-        const A nll = log_sum - (A(zr[y]) - mx);
-        row_loss[r] = (A(1) - smoothing) * nll + smoothing * mean_neg_logp;
-      }
+      const bool ok = ce_label_ok(y, k);
+      row_bad[r] = ok ? 0 : 1;
+      row_loss[r] = ok ? ce_row_loss(log_sum, A(zr[y]) - mx, neg / A(k), smoothing) : A(0);
     }
   }
 }
@@ -70,7 +65,8 @@ __global__ void __launch_bounds__(kBlock)
   s = detail::block_sum(s, scratch);
   b = detail::block_sum(b, iscratch);
   if (threadIdx.x == 0) {
-    *loss = rows ? s / A(rows) : A(0);
+    // A bad label makes the loss NaN: the log shows it without the host waiting for a count.
+    *loss = b ? A(NAN) : rows ? s / A(rows) : A(0);
     if (bad_labels) *bad_labels = b;
   }
 }
@@ -80,13 +76,11 @@ __global__ void __launch_bounds__(kBlock) ce_backward_kernel(int64_t rows, int64
                                                               const int32_t* labels, A smoothing, const A* g,
                                                               const int* bad_labels, T* glogits) {
   const A scale = (bad_labels && *bad_labels) ? A(NAN) : *g / A(rows);
-  const A off = smoothing / A(k);
   const int64_t total = rows * k;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t r = e / k, j = e % k;
-    const A target = off + (j == labels[r] ? A(1) - smoothing : A(0));
-    glogits[e] = from_acc<T>((probs[e] - target) * scale);
+    glogits[e] = from_acc<T>(ce_grad(probs[e], j, labels[r], k, smoothing, scale));
   }
 }
 

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/norm_math.h"
 #include "kernels/numeric.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cpu {
 
@@ -52,9 +54,9 @@ void column_sums(int64_t rows, int64_t c, int nsums, AddRow add_row, P* out) {
 // mean and 1/sqrt(var + eps), and updates the running statistics like PyTorch (unbiased
 // variance, running = (1 - momentum) * running + momentum * batch).
 template <class T, class P = acc_t<T>>
-void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
+void batch_norm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
                              P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd,
-                             T* y) {
+                             T* y, Stream = nullptr) {
   std::vector<P> sum(static_cast<size_t>(c)), sq(static_cast<size_t>(c));
   detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
     const T* xr = x + r * c;
@@ -69,22 +71,17 @@ void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma
     }
   }, sq.data());
   for (int64_t ch = 0; ch < c; ++ch) {
-    const P var = sq[ch] / P(rows);
-    save_invstd[ch] = P(1) / std::sqrt(var + eps);
-    if (running_mean) {
-      const P unbiased = rows > 1 ? sq[ch] / P(rows - 1) : var;
-      running_mean[ch] = (P(1) - momentum) * running_mean[ch] + momentum * save_mean[ch];
-      running_var[ch] = (P(1) - momentum) * running_var[ch] + momentum * unbiased;
-    }
+    save_invstd[ch] = inv_std(sq[ch] / P(rows), eps);
+    if (running_mean) update_running_stats(running_mean[ch], running_var[ch], save_mean[ch], sq[ch], rows, momentum);
   }
   apply_affine_rows(rows, c, x, save_mean, save_invstd, gamma, beta, y);
 }
 
 // Inference: the running statistics stand in for the batch's.
 template <class T, class P = acc_t<T>>
-void batchnorm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
-                            const P* running_mean, const P* running_var, P* save_invstd, T* y) {
-  for (int64_t ch = 0; ch < c; ++ch) save_invstd[ch] = P(1) / std::sqrt(running_var[ch] + eps);
+void batch_norm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
+                            const P* running_mean, const P* running_var, P* save_invstd, T* y, Stream = nullptr) {
+  for (int64_t ch = 0; ch < c; ++ch) save_invstd[ch] = inv_std(running_var[ch], eps);
   apply_affine_rows(rows, c, x, running_mean, save_invstd, gamma, beta, y);
 }
 
@@ -92,8 +89,8 @@ void batchnorm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma,
 // dx = gamma * invstd * (gy - dbeta / M - xhat * dgamma / M); in eval the statistics are
 // constants, so dx = gamma * invstd * gy.
 template <class T, class P = acc_t<T>>
-void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
-                        const P* invstd, bool training, T* gx, P* ggamma, P* gbeta) {
+void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
+                        const P* invstd, bool training, T* gx, P* ggamma, P* gbeta, Stream = nullptr) {
   // sums[0..c) = dbeta = sum gy, sums[c..2c) = dgamma = sum gy * xhat.
   std::vector<P> sums(static_cast<size_t>(2 * c));
   detail::column_sums<P>(rows, c, 2, [&](int64_t r, P* acc) {

@@ -1,4 +1,4 @@
-// CUDA cross-entropy, the twin of kernels/cpu/loss.h: log-softmax + NLL with label
+// CUDA cross-entropy, the twin of kernels/cpu/cross_entropy.h: log-softmax + NLL with label
 // smoothing in A = acc_t<T> (FP32 for FP16/BF16/FP32 logits, FP64 for FP64), probabilities
 // saved for backward. Nothing is read back to the host: the loss and the count of bad
 // labels land in device memory, and backward reads its incoming gradient (the loss scale)
@@ -12,9 +12,9 @@
 
 namespace kernels::cuda {
 
-// *loss = mean over rows of (1 - eps) * -logp[label] + eps * mean_k(-logp[k]) (rows with a
-// label outside [0, k) add 0 but still count in the mean, as on the CPU); probs [rows, k].
-// *bad_labels (device int, may be null) = the number of such rows (overwritten).
+// *loss = mean over rows of (1 - eps) * -logp[label] + eps * mean_k(-logp[k]); probs [rows, k].
+// *bad_labels (device int, may be null) = the number of rows whose label is outside [0, k)
+// (overwritten); when there are any, *loss is NaN. The same contract as the CPU twin.
 // Deterministic: per-row losses are summed by a fixed tree.
 template <class T, class A = acc_t<T>>
 void cross_entropy_forward(int64_t rows, int64_t k, const T* logits, const int32_t* labels, A smoothing, A* probs,

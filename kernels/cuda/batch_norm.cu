@@ -1,7 +1,9 @@
 // Batch-norm kernels. Channels are contiguous in NHWC, so each block takes a tile of 32
 // channels (one coalesced 32-element run per row) times 8 row lanes; the y-blocks split the
 // rows into interleaved groups whose partial results a second kernel merges per channel.
-#include "kernels/cuda/batchnorm.h"
+#include "kernels/cuda/batch_norm.h"
+
+#include "kernels/norm_math.h"
 
 #include <cuda_runtime.h>
 
@@ -74,15 +76,10 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t at = static_cast<int64_t>(g) * c + ch;
     welford_merge(n, mean, m2, partial[at], partial[stride + at], partial[2 * stride + at]);
   }
-  const P var = m2 / P(rows);
-  const P invstd = P(1) / sqrt(var + eps);
+  const P invstd = inv_std(m2 / P(rows), eps);
   save_mean[ch] = mean;
   save_invstd[ch] = invstd;
-  if (running_mean) {
-    const P unbiased = rows > 1 ? m2 / P(rows - 1) : var;
-    running_mean[ch] = (P(1) - momentum) * running_mean[ch] + momentum * mean;
-    running_var[ch] = (P(1) - momentum) * running_var[ch] + momentum * unbiased;
-  }
+  if (running_mean) update_running_stats(running_mean[ch], running_var[ch], mean, m2, rows, momentum);
   const P a = invstd * gamma[ch];
   ab[ch] = a;
   ab[c + ch] = beta[ch] - mean * a;
@@ -94,7 +91,7 @@ __global__ void __launch_bounds__(kBlock)
                       P* save_invstd, P* ab) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= c) return;
-  const P invstd = P(1) / sqrt(running_var[ch] + eps);
+  const P invstd = inv_std(running_var[ch], eps);
   save_invstd[ch] = invstd;
   const P a = invstd * gamma[ch];
   ab[ch] = a;
@@ -202,11 +199,11 @@ void check_shape(int64_t rows, int64_t c, const char* op) {
 }  // namespace
 
 template <class T, class P>
-void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps, P momentum,
+void batch_norm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps, P momentum,
                              P* running_mean, P* running_var, P* save_mean, P* save_invstd, T* y, cudaStream_t s) {
-  check_shape(rows, c, "batchnorm_forward_train");
+  check_shape(rows, c, "batch_norm_forward_train");
   ENGINE_CHECK((running_mean == nullptr) == (running_var == nullptr),
-               "batchnorm_forward_train: running mean and variance must both be given or both be null");
+               "batch_norm_forward_train: running mean and variance must both be given or both be null");
   const int groups = detail::row_groups(rows, c);
   Workspace partial(sizeof(P) * 3 * static_cast<size_t>(groups) * static_cast<size_t>(c));
   Workspace ab(sizeof(P) * 2 * static_cast<size_t>(c));
@@ -221,9 +218,9 @@ void batchnorm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma
 }
 
 template <class T, class P>
-void batchnorm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
+void batch_norm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
                             const P* running_mean, const P* running_var, P* save_invstd, T* y, cudaStream_t s) {
-  check_shape(rows, c, "batchnorm_forward_eval");
+  check_shape(rows, c, "batch_norm_forward_eval");
   Workspace ab(sizeof(P) * 2 * static_cast<size_t>(c));
   eval_final_kernel<P><<<channel_blocks(c), kBlock, 0, s>>>(c, gamma, beta, eps, running_mean, running_var,
                                                             save_invstd, ab.as<P>());
@@ -233,9 +230,9 @@ void batchnorm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma,
 }
 
 template <class T, class P>
-void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
+void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
                         const P* invstd, bool training, T* gx, P* ggamma, P* gbeta, cudaStream_t s) {
-  check_shape(rows, c, "batchnorm_backward");
+  check_shape(rows, c, "batch_norm_backward");
   const int groups = detail::row_groups(rows, c);
   Workspace partial(sizeof(P) * 2 * static_cast<size_t>(groups) * static_cast<size_t>(c));
   Workspace sums(sizeof(P) * 2 * static_cast<size_t>(c));
@@ -252,11 +249,11 @@ void batchnorm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const 
 }
 
 #define ENGINE_CUDA_BN(T, P)                                                                                  \
-  template void batchnorm_forward_train<T, P>(int64_t, int64_t, const T*, const P*, const P*, P, P, P*, P*, P*, \
+  template void batch_norm_forward_train<T, P>(int64_t, int64_t, const T*, const P*, const P*, P, P, P*, P*, P*, \
                                               P*, T*, cudaStream_t);                                          \
-  template void batchnorm_forward_eval<T, P>(int64_t, int64_t, const T*, const P*, const P*, P, const P*,       \
+  template void batch_norm_forward_eval<T, P>(int64_t, int64_t, const T*, const P*, const P*, P, const P*,       \
                                              const P*, P*, T*, cudaStream_t);                                 \
-  template void batchnorm_backward<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, const P*,    \
+  template void batch_norm_backward<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, const P*,    \
                                          bool, T*, P*, P*, cudaStream_t);
 ENGINE_CUDA_BN(float, float)
 ENGINE_CUDA_BN(double, double)

@@ -12,11 +12,12 @@
 #include <cstdint>
 
 #include "kernels/cuda/context.h"
+#include "kernels/shapes.h"
 
 namespace kernels::cuda {
 
 enum class Trans { N, T };
-enum class Epilogue { None, Relu, Gelu };
+using kernels::Epilogue;
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading dimensions,
 // exactly the contract of kernels::cpu::gemm (ta == T: A is stored K x M, etc.). beta == 0

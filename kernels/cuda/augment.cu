@@ -1,5 +1,5 @@
-// Batch construction on the GPU, and the flag that turns a loss NaN (see data.h).
-#include "kernels/cuda/data.h"
+// Batch construction on the GPU (see augment.h).
+#include "kernels/cuda/augment.h"
 
 #include <cmath>
 
@@ -40,16 +40,7 @@ __global__ void make_batch_kernel(const uint8_t* images, const int32_t* labels, 
   }
 }
 
-__global__ void nan_if_flagged_kernel(float* value, const int* flag) {
-  if (*flag) *value = __int_as_float(0x7fc00000);
-}
-
 }  // namespace
-
-void nan_if_flagged(float* value, const int* flag, cudaStream_t stream) {
-  nan_if_flagged_kernel<<<1, 1, 0, stream>>>(value, flag);
-  CHECK_LAUNCH();
-}
 
 template <class T>
 void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* indices, int64_t batch, int h, int w,

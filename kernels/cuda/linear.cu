@@ -1,6 +1,6 @@
 // cuBLASLt matrix products. Row-major C = op(A) op(B) is computed as the column-major
 // product C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B, its "B" is our A, m = N, n = M.
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/linear.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>

@@ -16,8 +16,4 @@ void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* ind
                 int c, bool augment, const AugmentConfig& cfg, uint64_t seed, uint64_t epoch, T* out,
                 int32_t* labels_out, cudaStream_t stream);
 
-// *value = NaN when *flag is non-zero: makes an error found on the device (a label out of
-// range) visible in the loss without the host having to wait for it.
-void nan_if_flagged(float* value, const int* flag, cudaStream_t stream);
-
 }  // namespace kernels::cuda
