@@ -8,11 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/scaler.h"
-#include "kernels/cuda/optim.h"
-#include "kernels/cuda/runtime.h"
-#endif
+#include "engine/cuda/backend.h"
 
 namespace engine {
 
@@ -87,9 +83,7 @@ LossScaler::LossScaler(LossScalerConfig config) : config_(config), scale_(config
 struct LossScaler::DeviceState {
   Tensor scale, inv_scale, found_inf, tracker, skipped, consecutive;
   Tensor sq_sum, norm, clipped_inv_scale;  // gradient clipping (created on first use)
-#ifdef ENGINE_WITH_CUDA
-  kernels::cuda::HostMirror consecutive_seen;  // the skip guard's view of `consecutive`
-#endif
+  std::unique_ptr<cuda::CounterMirror> consecutive_seen;  // the skip guard's view of `consecutive`
 };
 
 void LossScaler::ensure_device(Device d) const {
@@ -128,26 +122,20 @@ int64_t LossScaler::consecutive_skips() const {
 Tensor LossScaler::scale(const Tensor& loss) const {
   if (!config_.enabled) return loss;
   if (loss.device().is_cpu()) return engine::scale(loss, scale_);
-#ifdef ENGINE_WITH_CUDA
   // On the GPU the scale is read where it lies, forward and backward: no host wait.
   ensure_device(loss.device());
   ENGINE_CHECK(loss.dtype() == DType::F32, "loss scaler: the loss must be f32, got " << loss.desc());
   Tensor s = dev_->scale;
   Tensor y = like(loss);
-  kernels::cuda::scale_by_device_scalar(loss.data<float>(), s.data<float>(), y.data<float>(), loss.numel(),
-                                        cuda_stream());
+  cuda::scale_by_device_scalar(loss, s, y);
   if (should_record({&loss})) {
     active_tape()->record("scale", {loss}, y, [s](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(gy);
-      kernels::cuda::scale_by_device_scalar(gy.data<float>(), s.data<float>(), gx.data<float>(), gy.numel(),
-                                            cuda_stream());
+      cuda::scale_by_device_scalar(gy, s, gx);
       return {gx};
     });
   }
   return y;
-#else
-  ENGINE_FAIL("loss scaler: " << loss.desc() << " is on a CUDA device, but this build has no CUDA backend");
-#endif
 }
 
 void LossScaler::unscale(Optimizer& opt) {
@@ -157,12 +145,9 @@ void LossScaler::unscale(Optimizer& opt) {
   clipped_on_device_ = false;
   stage_ = Stage::Unscaled;
   if (opt.on_cuda()) {
-#ifdef ENGINE_WITH_CUDA
     ensure_device(opt.params()[0]->master.device());
-    kernels::cuda::scaler_prepare(dev_->scale.data<float>(), dev_->inv_scale.data<float>(),
-                                  dev_->found_inf.data<int32_t>(), cuda_stream());
+    cuda::scaler_prepare(dev_->scale, dev_->inv_scale, dev_->found_inf);
     opt.check_finite_device(dev_->found_inf.data<int32_t>());
-#endif
     return;
   }
   // 1/scale in FP64, then rounded to FP32 once: exact for the usual powers of two.
@@ -175,7 +160,6 @@ double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
   if (stage_ == Stage::Ready) unscale(opt);
   ENGINE_CHECK(stage_ == Stage::Unscaled, "clip_grad_norm: call it between unscale() and step()");
   if (opt.on_cuda()) {
-#ifdef ENGINE_WITH_CUDA
     // Two multi-tensor launches and a one-thread kernel: the norm and the clipped 1/scale stay
     // on the device and step() uses the latter. (An overflowed step is skipped by the found-inf
     // flag whatever the norm says.)
@@ -187,11 +171,8 @@ double LossScaler::clip_grad_norm(Optimizer& opt, double max_norm) {
       dev_->clipped_inv_scale = Tensor::full({1}, 1.0, DType::F32, d);
     }
     opt.grad_sq_norm_device(dev_->inv_scale.data<float>(), dev_->sq_sum.data<double>());
-    kernels::cuda::clip_scale(dev_->sq_sum.data<double>(), max_norm, dev_->inv_scale.data<float>(),
-                              dev_->found_inf.data<int32_t>(), dev_->norm.data<double>(),
-                              dev_->clipped_inv_scale.data<float>(), cuda_stream());
+    cuda::clip_scale(dev_->sq_sum, max_norm, dev_->inv_scale, dev_->found_inf, dev_->norm, dev_->clipped_inv_scale);
     clipped_on_device_ = true;
-#endif
     return std::numeric_limits<double>::quiet_NaN();
   }
   if (found_inf_) return last_norm_ = std::numeric_limits<double>::infinity();
@@ -234,22 +215,17 @@ void LossScaler::update() {
   ENGINE_CHECK(stage_ == Stage::Stepped, "loss scaler: update() called without step()");
   stage_ = Stage::Ready;
   if (dev_) {
-#ifdef ENGINE_WITH_CUDA
-    kernels::cuda::scaler_update(dev_->scale.data<float>(), dev_->tracker.data<int32_t>(),
-                                 reinterpret_cast<long long*>(dev_->skipped.data<int64_t>()),
-                                 reinterpret_cast<long long*>(dev_->consecutive.data<int64_t>()),
-                                 dev_->found_inf.data<int32_t>(), rule(), cuda_stream());
+    cuda::scaler_update(dev_->scale, dev_->tracker, dev_->skipped, dev_->consecutive, dev_->found_inf, rule());
     if (config_.max_consecutive_skips > 0) {
       // The count as of an earlier update, once its copy has landed; only then send this one's
       // (re-posting every step would move the event ahead of a GPU that runs behind the host,
       // and the guard would never see a landed copy).
+      if (!dev_->consecutive_seen) dev_->consecutive_seen = cuda::make_counter_mirror();
       int64_t seen = 0;
-      const bool landed = dev_->consecutive_seen.poll(&seen);
+      const bool landed = dev_->consecutive_seen->poll(&seen);
       if (landed) check_skip_limit(seen);
-      if (landed || !dev_->consecutive_seen.posted())
-        dev_->consecutive_seen.post(dev_->consecutive.data<int64_t>(), cuda_stream());
+      if (landed || !dev_->consecutive_seen->posted()) dev_->consecutive_seen->post(dev_->consecutive);
     }
-#endif
     return;
   }
   kernels::ScalerCounters<double> st{scale_, growth_tracker_, skipped_steps_, consecutive_skips_};

@@ -1,25 +1,20 @@
-// Optimizer steps on the CPU reference path: the found-inf check, then one fused pass per
-// parameter (unscale, update master and state, write the compute copy).
+// Optimizer steps: on the CPU the found-inf check, then one fused pass per parameter (unscale,
+// update master and state, write the compute copy); on a CUDA device the same as two
+// multi-tensor launches through engine/cuda/backend.h.
 #include "engine/optim.h"
 
 #include <cmath>
 
+#include "engine/cuda/backend.h"
 #include "engine/ops_internal.h"
 #include "kernels/cpu/optim.h"
-
-#ifdef ENGINE_WITH_CUDA
-#include "kernels/cuda/optim.h"
-#endif
 
 namespace engine {
 
 namespace kc = kernels::cpu;
 
 struct Optimizer::DeviceState {
-#ifdef ENGINE_WITH_CUDA
-  std::vector<kernels::cuda::ParamSlot> slots;
-  std::unique_ptr<kernels::cuda::MultiTensorPlan> plan;
-#endif
+  std::unique_ptr<cuda::OptimizerPlan> plan;
   Tensor step;  // i64[1] on the device: applied steps (skipped ones do not count)
   Tensor inv_scale, found_inf;  // step()'s own scalars when no loss scaler drives it
 };
@@ -35,23 +30,6 @@ void Optimizer::sync_steps_to_device() {
   if (dev_ && dev_->step.defined()) dev_->step.copy_from(Tensor::full({1}, static_cast<double>(steps_), DType::I64));
 }
 
-#ifdef ENGINE_WITH_CUDA
-namespace {
-kernels::cuda::ElemType elem_type(DType t) {
-  switch (t) {
-    case DType::F32: return kernels::cuda::ElemType::F32;
-    case DType::F64: return kernels::cuda::ElemType::F64;
-    case DType::F16: return kernels::cuda::ElemType::F16;
-    case DType::BF16: return kernels::cuda::ElemType::BF16;
-    default: ENGINE_FAIL("optimizer: no CUDA element type for " << dtype_name(t));
-  }
-}
-bool same_slot(const kernels::cuda::ParamSlot& a, const kernels::cuda::ParamSlot& b) {
-  return a.grad == b.grad && a.grad_type == b.grad_type && a.master == b.master && a.state1 == b.state1 &&
-         a.state2 == b.state2 && a.copy == b.copy && a.copy_type == b.copy_type && a.n == b.n;
-}
-}  // namespace
-#endif
 
 
 Optimizer::Optimizer(std::vector<ParamPtr> params, double lr_) : lr(lr_), params_(std::move(params)) {
@@ -146,96 +124,49 @@ std::vector<size_t> Optimizer::stepped_parameters() const {
   return out;
 }
 
-#ifdef ENGINE_WITH_CUDA
-// The launch plan over every parameter. Gradients and state are created up front and keep
-// their addresses (zero_grad clears in place), so the plan is uploaded once and reused; it
-// is rebuilt only if some pointer changed.
-static const kernels::cuda::MultiTensorPlan& device_plan(Optimizer::DeviceState& dev,
-                                                         const std::vector<kernels::cuda::ParamSlot>& slots) {
-  bool same = dev.plan && dev.slots.size() == slots.size();
-  for (size_t i = 0; same && i < slots.size(); ++i) same = same_slot(dev.slots[i], slots[i]);
-  if (!same) {
-    dev.plan = std::make_unique<kernels::cuda::MultiTensorPlan>(slots, kernels::cuda::default_stream());
-    dev.slots = slots;
-  }
-  return *dev.plan;
-}
-#endif
-
-void Optimizer::check_finite_device(int* found_inf) {
-#ifdef ENGINE_WITH_CUDA
-  device_op(DeviceOp::CheckFinite, found_inf, nullptr, nullptr);
-#else
-  (void)found_inf;
-  ENGINE_FAIL("optimizer: this build has no CUDA backend");
-#endif
-}
+void Optimizer::check_finite_device(int* found_inf) { device_op(DeviceOp::CheckFinite, found_inf, nullptr, nullptr); }
 
 void Optimizer::apply_device(const float* inv_scale, const int* found_inf) {
-#ifdef ENGINE_WITH_CUDA
-  device_op(DeviceOp::Apply, const_cast<int*>(found_inf), inv_scale, nullptr);
-#else
-  (void)inv_scale;
-  (void)found_inf;
-  ENGINE_FAIL("optimizer: this build has no CUDA backend");
-#endif
+  device_op(DeviceOp::Apply, const_cast<int*>(found_inf), inv_scale, nullptr);  // read only by Apply
 }
 
 void Optimizer::grad_sq_norm_device(const float* inv_scale, double* sq_sum) {
-#ifdef ENGINE_WITH_CUDA
   device_op(DeviceOp::SquaredNorm, nullptr, inv_scale, sq_sum);
-#else
-  (void)inv_scale;
-  (void)sq_sum;
-  ENGINE_FAIL("optimizer: this build has no CUDA backend");
-#endif
 }
 
-#ifdef ENGINE_WITH_CUDA
+// One multi-tensor launch over the parameters with a gradient. Gradients and state keep their
+// addresses across steps (zero_grad clears in place), so the plan is uploaded once and rebuilt
+// only if some pointer, or the set of stepped parameters, changed.
 void Optimizer::device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum) {
   ENGINE_CHECK(on_cuda(), "optimizer: the device step needs parameters on a CUDA device");
   const Device d = params_[0]->master.device();
   if (!dev_) dev_ = std::make_shared<DeviceState>();
+  if (!dev_->plan) dev_->plan = cuda::make_optimizer_plan();
   if (!dev_->step.defined()) {
     dev_->step = Tensor::empty({1}, DType::I64, d, MemKind::OptimizerState);
     sync_steps_to_device();
   }
   ensure_state();
-  // Only parameters with a gradient, as on the CPU: the plan is rebuilt (once) if that set
-  // changes, e.g. when a parameter is first used after some steps.
-  const std::vector<size_t> stepped = stepped_parameters();
-  std::vector<kernels::cuda::ParamSlot> slots(stepped.size());
-  for (size_t j = 0; j < stepped.size(); ++j) {
-    const size_t i = stepped[j];
+  std::vector<cuda::ParamRefs> refs;
+  for (size_t i : stepped_parameters()) {
     Parameter& p = *params_[i];
     ENGINE_CHECK(p.master.dtype() == DType::F32 && p.master.device() == d,
                  "optimizer: CUDA parameters need f32 masters on " << d.str() << ", '" << p.name << "' is "
                                                                    << p.master.desc());
-    auto& sl = slots[j];
-    sl.grad = p.grad().raw();
-    sl.grad_type = elem_type(p.grad().dtype());
-    sl.master = p.master.data<float>();
-    state_pointers(i, &sl.state1, &sl.state2);
-    const bool has_copy = !p.value.same_storage(p.master);
-    sl.copy = has_copy ? p.value.raw() : nullptr;
-    sl.copy_type = has_copy ? elem_type(p.value.dtype()) : kernels::cuda::ElemType::None;
-    sl.n = p.master.numel();
+    cuda::ParamRefs r;
+    r.grad = p.grad();
+    r.master = p.master.data<float>();
+    state_pointers(i, &r.state1, &r.state2);
+    if (!p.value.same_storage(p.master)) r.copy = p.value;
+    refs.push_back(r);
   }
-  const auto& plan = device_plan(*dev_, slots);
-  const auto stream = kernels::cuda::default_stream();
-  if (op == DeviceOp::CheckFinite) {
-    kernels::cuda::multi_all_finite(plan, found_inf, stream);
-    return;
+  dev_->plan->set_params(refs);
+  switch (op) {
+    case DeviceOp::CheckFinite: dev_->plan->check_finite(found_inf); break;
+    case DeviceOp::SquaredNorm: dev_->plan->grad_sq_norm(inv_scale, sq_sum); break;
+    case DeviceOp::Apply: device_update(*dev_->plan, inv_scale, found_inf, dev_->step.data<int64_t>()); break;
   }
-  if (op == DeviceOp::SquaredNorm) {
-    kernels::cuda::multi_grad_sq_norm(plan, inv_scale, sq_sum, stream);
-    return;
-  }
-  const int64_t* step = dev_->step.data<int64_t>();
-  launch_device(&plan, inv_scale, found_inf, step);
-  kernels::cuda::advance_step(dev_->step.data<int64_t>(), found_inf, stream);
 }
-#endif
 
 void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps()); }
 
@@ -335,17 +266,8 @@ void SGD::state_pointers(size_t i, float** state1, float** state2) {
   *state2 = nullptr;
 }
 
-void SGD::launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) {
-#ifdef ENGINE_WITH_CUDA
-  kernels::cuda::StepScalars sc;
-  sc.inv_scale = inv_scale;
-  sc.found_inf = found_inf;
-  sc.step = step;  // the first applied step initialises the momentum buffers
-  kernels::cuda::multi_sgd_step(*static_cast<const kernels::cuda::MultiTensorPlan*>(plan), config(), sc,
-                                kernels::cuda::default_stream());
-#else
-  (void)plan, (void)inv_scale, (void)found_inf, (void)step;
-#endif
+void SGD::device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf, int64_t* step) {
+  plan.sgd_step(config(), inv_scale, found_inf, step);  // the first applied step initialises momentum
 }
 
 Adam::Adam(std::vector<ParamPtr> params, double lr_, double beta1_, double beta2_, double eps_, double weight_decay_,
@@ -408,17 +330,8 @@ void Adam::state_pointers(size_t i, float** state1, float** state2) {
   *state2 = exp_avg_sq[i].data<float>();
 }
 
-void Adam::launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) {
-#ifdef ENGINE_WITH_CUDA
-  kernels::cuda::StepScalars sc;
-  sc.inv_scale = inv_scale;
-  sc.found_inf = found_inf;
-  sc.step = step;  // bias corrections 1 - beta^(step + 1), computed on the device
-  kernels::cuda::multi_adam_step(*static_cast<const kernels::cuda::MultiTensorPlan*>(plan), config(), sc,
-                                 kernels::cuda::default_stream());
-#else
-  (void)plan, (void)inv_scale, (void)found_inf, (void)step;
-#endif
+void Adam::device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf, int64_t* step) {
+  plan.adam_step(config(), inv_scale, found_inf, step);  // bias corrections from the device count
 }
 
 }  // namespace engine

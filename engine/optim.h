@@ -10,6 +10,10 @@
 
 namespace engine {
 
+namespace cuda {
+class OptimizerPlan;
+}
+
 // What a step did. On the CPU the host knows at once. On a CUDA device the update is only
 // queued: the device skips it when the found-inf flag is set, and the host learns which by
 // reading the flag (Optimizer::last_step_skipped, LossScaler::found_inf), a wait it chooses.
@@ -17,7 +21,7 @@ enum class StepResult { Applied, Skipped, Queued };
 
 class Optimizer {
  public:
-  struct DeviceState;  // the multi-tensor plan and the device step counter (CUDA builds)
+  struct DeviceState;  // the multi-tensor plan and the device step counter (CUDA)
   Optimizer(std::vector<ParamPtr> params, double lr);
   virtual ~Optimizer() = default;
 
@@ -62,12 +66,12 @@ class Optimizer {
   virtual void ensure_state() = 0;
   // CUDA: per parameter, the state pointers the multi-tensor kernels update.
   virtual void state_pointers(size_t i, float** state1, float** state2) = 0;
-  virtual void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) = 0;
+  // CUDA: this optimizer's fused update through the multi-tensor plan (engine/cuda/backend.h).
+  virtual void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
+                             int64_t* step) = 0;
   void sync_steps_to_device();
-#ifdef ENGINE_WITH_CUDA
   enum class DeviceOp { CheckFinite, Apply, SquaredNorm };
   void device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum);
-#endif
 
   std::vector<ParamPtr> params_;
   int64_t steps_ = 0;
@@ -90,7 +94,8 @@ class SGD : public Optimizer {
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
   void ensure_state() override;
   void state_pointers(size_t i, float** state1, float** state2) override;
-  void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) override;
+  void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
+                     int64_t* step) override;
 };
 
 // decoupled = false: Adam with L2 weight decay; true: AdamW.
@@ -109,7 +114,8 @@ class Adam : public Optimizer {
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
   void ensure_state() override;
   void state_pointers(size_t i, float** state1, float** state2) override;
-  void launch_device(const void* plan, const float* inv_scale, const int* found_inf, const int64_t* step) override;
+  void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
+                     int64_t* step) override;
 };
 
 }  // namespace engine
