@@ -18,7 +18,7 @@ Precision op_precision(const std::string& op) {
   static const std::unordered_map<std::string, Precision> policy = {
       {"conv2d", Precision::ComputeDtype},   {"linear", Precision::ComputeDtype},
       {"cross_entropy", Precision::Fp32},    {"sum", Precision::Fp32},
-      {"batch_norm", Precision::Fp32},       // statistics and affine parameters; data keeps its dtype
+      {"batch_norm", Precision::KeepInput},  // data keeps its dtype; statistics and parameters are FP32 inside
       {"global_avg_pool", Precision::KeepInput},  // sums in FP32 inside, result in the input dtype
       {"relu", Precision::KeepInput},        {"gelu", Precision::KeepInput},
       {"add", Precision::KeepInput},         {"scale", Precision::KeepInput},
@@ -48,9 +48,14 @@ bool autocast_enabled() { return t_autocast; }
 DType autocast_dtype() { return t_autocast_dtype; }
 
 Tensor autocast_input(const char* op, const Tensor& t) {
-  if (!t_autocast || !t.defined() || !is_floating(t.dtype()) || t.dtype() == t_autocast_dtype) return t;
-  if (op_precision(op) != Precision::ComputeDtype) return t;
-  return cast(t, t_autocast_dtype);
+  if (!t_autocast || !t.defined() || !is_floating(t.dtype())) return t;
+  switch (op_precision(op)) {
+    case Precision::ComputeDtype: return t.dtype() == t_autocast_dtype ? t : cast(t, t_autocast_dtype);
+    case Precision::Fp32:  // widened, never narrowed (FP64 stays FP64)
+      return t.dtype() == DType::F16 || t.dtype() == DType::BF16 ? cast(t, DType::F32) : t;
+    case Precision::KeepInput: return t;
+  }
+  return t;
 }
 
 ForceFp32::ForceFp32(std::shared_ptr<Module> inner_) : inner(std::move(inner_)) {

@@ -9,15 +9,16 @@
 namespace engine {
 
 // ---- autocast ---------------------------------------------------------------------------
-// The policy in one place. Convolutions and matrix products run in the compute dtype
-// (FP16/BF16 inputs, FP32 accumulation inside the kernel); softmax, losses, reductions and
-// batch-norm statistics and parameters are computed in FP32 whatever their input; the
-// remaining element-wise ops keep their input's dtype.
+// The policy in one place, and what autocast_input does with each op's inputs: convolutions
+// and matrix products run in the compute dtype (FP16/BF16 inputs cast to it, FP32 accumulation
+// inside the kernel); the loss and reductions get FP32 inputs (FP16/BF16 widened); the rest keep
+// their input's dtype (batch-norm's statistics and parameters are FP32 inside its kernels).
 enum class Precision { ComputeDtype, Fp32, KeepInput };
 Precision op_precision(const std::string& op);
 
 // While an AutocastScope(dtype) is open, ComputeDtype ops cast inputs of another floating
-// dtype to `dtype` (recorded on the tape, so gradients flow back in the input's dtype).
+// dtype to `dtype`, Fp32 ops widen FP16/BF16 inputs to FP32 (recorded on the tape, so
+// gradients flow back in the input's dtype).
 // AutocastScope(dtype, false) turns that off inside, like torch.autocast(enabled=False).
 class AutocastScope {
  public:
@@ -32,8 +33,7 @@ class AutocastScope {
 };
 bool autocast_enabled();
 DType autocast_dtype();
-// Input `t` of `op` as the policy wants it: cast to the autocast dtype when autocast is on,
-// the op is a ComputeDtype op, and `t` is floating and of another dtype; else `t` itself.
+// Input `t` of `op` as the policy wants it while autocast is on (see above); else `t` itself.
 Tensor autocast_input(const char* op, const Tensor& t);
 
 }  // namespace engine

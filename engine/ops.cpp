@@ -1,6 +1,7 @@
 // Element-wise ops, shape ops, casts, dropout and sums: forward and backward side by side.
 #include <type_traits>
 
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
 
@@ -162,7 +163,8 @@ Tensor flatten(const Tensor& x) {
   return reshape(x, {x.dim(0), x.dim(0) ? x.numel() / x.dim(0) : 0});
 }
 
-Tensor sum(const Tensor& x) {
+Tensor sum(const Tensor& x_in) {
+  const Tensor x = autocast_input("sum", x_in);  // FP32 under autocast
   check_float("sum", x, "input");
   const Device dev = op_device("sum", {&x});
   Tensor y = Tensor::empty({1}, acc_dtype(x.dtype()), dev);

@@ -1,10 +1,12 @@
 // The loss: log-softmax + NLL with label smoothing, in FP32 (FP64 for FP64 logits).
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
 
 namespace engine {
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, double label_smoothing) {
+  const Tensor logits = autocast_input("cross_entropy", logits_in);  // FP32 under autocast
   check_float("cross_entropy", logits, "logits");
   check_defined("cross_entropy", labels, "labels");
   ENGINE_CHECK(logits.ndim() == 2, "cross_entropy: logits must be [N,K], got " << logits.desc());

@@ -329,3 +329,27 @@ TEST_CASE("autocast casts conv/linear inputs to the compute dtype, ForceFp32 kee
   CHECK(head->weight->grad().dtype() == DType::F32);
   CHECK(net.parameters()[0]->grad().dtype() == DType::F16);
 }
+
+TEST_CASE("the autocast policy drives each op's inputs: compute dtype, widened to FP32, or kept", "[amp][autocast]") {
+  const Tensor h = Tensor::full({2, 3}, 1.0, DType::F16), d = Tensor::full({2, 3}, 1.0, DType::F64);
+  CHECK(engine::autocast_input("cross_entropy", h).dtype() == DType::F16);  // autocast off: untouched
+  engine::AutocastScope autocast(DType::F16);
+  CHECK(engine::autocast_input("linear", Tensor::full({2}, 1.0, DType::F32)).dtype() == DType::F16);
+  CHECK(engine::autocast_input("cross_entropy", h).dtype() == DType::F32);  // losses in FP32
+  CHECK(engine::autocast_input("sum", h).dtype() == DType::F32);
+  CHECK(engine::autocast_input("cross_entropy", d).dtype() == DType::F64);  // widened, never narrowed
+  CHECK(engine::autocast_input("batch_norm", h).dtype() == DType::F16);     // data keeps its dtype
+  CHECK(engine::autocast_input("relu", h).dtype() == DType::F16);
+  // The FP16 logits' gradient comes back in FP16 through the recorded cast.
+  Tensor logits = Tensor::full({2, 3}, 0.5, DType::F16);
+  logits.set_requires_grad(true);
+  engine::Tape tape;
+  Tensor loss;
+  {
+    engine::TapeScope scope(tape);
+    loss = engine::cross_entropy(logits, Tensor::from_ints({0, 2}, {2}));
+  }
+  CHECK(loss.dtype() == DType::F32);
+  tape.backward(loss);
+  CHECK(logits.grad().dtype() == DType::F16);
+}
