@@ -315,16 +315,38 @@ std::string default_data_dir() {
 #endif
 }
 
-int run(const Config& cfg) {
-#ifdef _OPENMP
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-#endif
-  const engine::Device device = engine::parse_device(cfg.device);
-  engine::set_cuda_deterministic(cfg.deterministic);
-  const DType compute = precision_dtype(cfg.precision);
-  engine::manual_seed(cfg.seed);
+// ---- one training step: the classic PyTorch AMP loop -------------------------------------
+//   optimizer.zero_grad()
+//   with autocast(): loss = criterion(model(x), y)
+//   scaler.scale(loss).backward()
+//   scaler.unscale_(optimizer); clip_grad_norm_(...)       (when clipping)
+//   scaler.step(optimizer); scaler.update()
+// Returns the loss (on the device: reading it is a host wait, so the caller does it only to log).
+Tensor train_step(engine::Module& model, engine::Optimizer& opt, engine::LossScaler& scaler, const Tensor& x,
+                  const Tensor& y, DType compute, double label_smoothing, double clip_grad_norm) {
+  opt.zero_grad();
+  engine::Tape tape;
+  Tensor loss;
+  {
+    engine::TapeScope record(tape);
+    engine::AutocastScope autocast(compute);                          // conv/linear in FP16/BF16
+    loss = engine::cross_entropy(model(x), y, label_smoothing);       // the loss in FP32
+    tape.backward(scaler.scale(loss));                                // backward from loss * scale
+  }
+  if (clip_grad_norm > 0) scaler.clip_grad_norm(opt, clip_grad_norm);  // unscales first
+  scaler.step(opt);   // unscale + found-inf check + fused update; skipped on inf/NaN
+  scaler.update();    // back off on overflow, grow after a run of clean steps
+  return loss;
+}
 
-  // ---- data
+// ---- data --------------------------------------------------------------------------------
+struct Data {
+  Split train, test;
+  std::vector<std::string> class_names;
+  std::string source;
+};
+
+Data load_data(const Config& cfg, engine::Device device) {
   const std::string root = cfg.data.empty() ? default_data_dir() : cfg.data;
   data::CifarSplits splits;
   std::vector<std::string> class_names = data::cifar10_class_names();
@@ -345,183 +367,149 @@ int run(const Config& cfg) {
   }
   if (cfg.subset > 0) splits.train = data::subset(splits.train, cfg.subset);
   ENGINE_CHECK(splits.train.size() > 0, "the training set is empty");
-  const Split train = upload(splits.train, device), test = upload(splits.test, device);
+  return {upload(splits.train, device), upload(splits.test, device), class_names, splits.source};
+}
 
-  // ---- model, optimizer, scaler
-  std::shared_ptr<engine::Module> model = models::make_model(cfg.model, static_cast<int>(class_names.size()));
-  model->set_compute_dtype(compute);
-  model->to(device);
+// ---- model, optimizer, scaler, and their checkpoints ---------------------------------------
+struct Training {
+  std::shared_ptr<engine::Module> model;
   std::unique_ptr<engine::Optimizer> opt;
+  std::unique_ptr<engine::LossScaler> scaler;
+  int64_t step = 0;  // optimizer steps taken, skipped ones included
+};
+
+Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
+  Training t;
+  t.model = models::make_model(cfg.model, classes);
+  t.model->set_compute_dtype(compute);
+  t.model->to(device);
   if (cfg.optimizer == "sgd")
-    opt = std::make_unique<engine::SGD>(model->parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, cfg.nesterov);
+    t.opt = std::make_unique<engine::SGD>(t.model->parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, cfg.nesterov);
   else
-    opt = std::make_unique<engine::Adam>(model->parameters(), cfg.lr, 0.9, 0.999, 1e-8, cfg.weight_decay,
-                                         cfg.optimizer == "adamw");
+    t.opt = std::make_unique<engine::Adam>(t.model->parameters(), cfg.lr, 0.9, 0.999, 1e-8, cfg.weight_decay,
+                                           cfg.optimizer == "adamw");
   engine::LossScalerConfig scfg;
   scfg.enabled = compute == DType::F16;  // BF16 has FP32's range: no scaling needed
   scfg.init_scale = cfg.init_scale;
   scfg.growth_interval = cfg.growth_interval;
-  engine::LossScaler scaler(scfg);
+  t.scaler = std::make_unique<engine::LossScaler>(scfg);
+  return t;
+}
 
-  const int64_t steps_per_epoch = (train.size() + cfg.batch_size - 1) / cfg.batch_size;
-  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
-                                                : steps_per_epoch * cfg.epochs;
+void resume(const Config& cfg, Training& t) {
+  const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
+  ENGINE_CHECK(ck.get("model") == cfg.model,
+               "checkpoint " << cfg.resume << " holds a " << ck.get("model") << ", not a " << cfg.model << " (use --model)");
+  t.model->load_state(ck);
+  if (!cfg.eval_only) {
+    ENGINE_CHECK(ck.get("optimizer") == cfg.optimizer,
+                 "checkpoint " << cfg.resume << " was trained with " << ck.get("optimizer") << ", not " << cfg.optimizer);
+    t.opt->load_state(ck);
+    t.scaler->load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
+                          ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
+    t.step = ck.get_int("step");
+  }
+  std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(t.step));
+}
+
+void save(const Config& cfg, const Training& t, const std::string& path) {
+  engine::StateDict ck;
+  t.model->save_state(ck);
+  t.opt->save_state(ck);
+  const auto s = t.scaler->state();
+  ck.set_double("scaler/scale", s.scale);
+  ck.set_int("scaler/growth_tracker", s.growth_tracker);
+  ck.set_int("scaler/skipped_steps", s.skipped_steps);
+  ck.set_int("scaler/consecutive_skips", s.consecutive_skips);
+  ck.set_int("step", t.step);
+  ck.meta["model"] = cfg.model;
+  ck.meta["optimizer"] = cfg.optimizer;
+  ck.meta["precision"] = cfg.precision;
+  ck.meta["seed"] = std::to_string(cfg.seed);
+  ck.set_int("batch_size", cfg.batch_size);
+  engine::save_checkpoint(path, ck);
+}
+
+// ---- one epoch ----------------------------------------------------------------------------
+struct EpochResult {
+  int64_t images = 0;
+  double seconds = 0, loss_sum = 0;
+  int64_t loss_count = 0;
+};
+
+// The steps of one epoch from t.step on (a resumed run starts mid-epoch), printing the classic
+// loop's lines and logging them.
+EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_t epoch, int64_t steps_per_epoch,
+                        int64_t total_steps, DType compute, engine::Device device, Tensor& x_buf, Tensor& y_buf,
+                        JsonLog& jlog) {
   auto lr_at = [&](int64_t step) {
     if (cfg.lr_schedule == "constant") return cfg.lr;
-    const double t = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total_steps));
-    if (t < cfg.warmup) return cfg.lr * t / cfg.warmup;
-    return cfg.lr * std::max(0.0, (1.0 - t) / (1.0 - cfg.warmup));
+    const double f = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total_steps));
+    if (f < cfg.warmup) return cfg.lr * f / cfg.warmup;
+    return cfg.lr * std::max(0.0, (1.0 - f) / (1.0 - cfg.warmup));
   };
-
-  int64_t step = 0;
-  if (!cfg.resume.empty()) {
-    const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
-    ENGINE_CHECK(ck.get("model") == cfg.model,
-                 "checkpoint " << cfg.resume << " holds a " << ck.get("model") << ", not a " << cfg.model << " (use --model)");
-    model->load_state(ck);
-    if (!cfg.eval_only) {
-      ENGINE_CHECK(ck.get("optimizer") == cfg.optimizer,
-                   "checkpoint " << cfg.resume << " was trained with " << ck.get("optimizer") << ", not " << cfg.optimizer);
-      opt->load_state(ck);
-      scaler.load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
-                         ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
-      step = ck.get_int("step");
-    }
-    std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(step));
-  }
-  auto save = [&](const std::string& path) {
-    engine::StateDict ck;
-    model->save_state(ck);
-    opt->save_state(ck);
-    const auto s = scaler.state();
-    ck.set_double("scaler/scale", s.scale);
-    ck.set_int("scaler/growth_tracker", s.growth_tracker);
-    ck.set_int("scaler/skipped_steps", s.skipped_steps);
-    ck.set_int("scaler/consecutive_skips", s.consecutive_skips);
-    ck.set_int("step", step);
-    ck.meta["model"] = cfg.model;
-    ck.meta["optimizer"] = cfg.optimizer;
-    ck.meta["precision"] = cfg.precision;
-    ck.meta["seed"] = std::to_string(cfg.seed);
-    ck.set_int("batch_size", cfg.batch_size);
-    engine::save_checkpoint(path, ck);
-  };
-
-  std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
-              static_cast<long long>(model->num_parameters()), cfg.precision.c_str(), device.str().c_str(),
-              splits.source.c_str());
-  std::printf("train %lld images, test %lld images, batch %lld, %lld steps per epoch, optimizer %s lr %g\n",
-              static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-              static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),
-              cfg.lr);
-  std::fflush(stdout);
-  JsonLog jlog(cfg.log);
-
-  if (cfg.eval_only) {
-    const EvalResult r = evaluate(*model, test, compute, cfg.batch_size, device);
-    model->set_compute_dtype(DType::F32);  // FP32 inference reads the FP32 masters
-    const EvalResult r32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
-    std::printf("test loss %.4f, accuracy %.2f%% (%s); FP32 inference %.2f%%\n", r.loss, r.accuracy,
-                cfg.precision.c_str(), r32.accuracy);
-    return 0;
-  }
-
-  // ---- training
   const bool tty = isatty(fileno(stderr));
   kernels::AugmentConfig aug;
   aug.pad = 4;
   aug.flip = true;
-  Tensor x_buf = Tensor::empty({cfg.batch_size, 32, 32, 3}, compute, device);
-  Tensor y_buf = Tensor::empty({cfg.batch_size}, DType::I32, device);
-  auto& stats_alloc = engine::allocator_for(device);
-  stats_alloc.reset_peak();
-  double train_seconds = 0;
-  int64_t images_seen = 0;
-  EvalResult last{};
-  for (int64_t epoch = step / steps_per_epoch; epoch < cfg.epochs && step < total_steps; ++epoch) {
-    const std::vector<int32_t> order = epoch_order(train.size(), cfg.seed, epoch);
-    Tensor order_dev = Tensor::from_ints(order, {train.size()});
-    if (device.is_cuda()) order_dev = order_dev.to(device);
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t epoch_images = 0;
-    double loss_sum = 0;
-    int64_t loss_count = 0;
-    for (int64_t i = step % steps_per_epoch; i < steps_per_epoch && step < total_steps; ++i) {
-      const int64_t begin = i * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
-      Tensor x = b == cfg.batch_size ? x_buf : x_buf.slice0(0, b);
-      Tensor y = b == cfg.batch_size ? y_buf : y_buf.slice0(0, b);
-      engine::make_batch(train.images, train.labels, order_dev.slice0(begin, begin + b), cfg.augment, aug, cfg.seed,
-                         static_cast<uint64_t>(epoch), x, y);
-      opt->lr = lr_at(step);
-      opt->zero_grad();
-      engine::Tape tape;
-      Tensor loss;
-      {
-        engine::TapeScope record(tape);
-        engine::AutocastScope autocast(compute);
-        loss = engine::cross_entropy((*model)(x), y, cfg.label_smoothing);
-        tape.backward(scaler.scale(loss));
-      }
-      // Clipping reads the unscaled gradients (unscale() first, as in PyTorch's AMP recipe);
-      // on a GPU the norm stays on the device.
-      if (cfg.clip_grad_norm > 0) scaler.clip_grad_norm(*opt, cfg.clip_grad_norm);
-      scaler.step(*opt);
-      scaler.update();
-      ++step;
-      epoch_images += b;
-      const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
-      // The live progress line on a terminal, ten times per log interval: reading the loss
-      // and scale is a host sync on a GPU, so never on every step.
-      const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
-      if (log_now || progress) {
-        const double l = loss.item();
-        loss_sum += l;
-        ++loss_count;
-        if (progress)
-          std::fprintf(stderr, "\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  scale %g  ", static_cast<long long>(epoch + 1),
-                       static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
-                       static_cast<long long>(steps_per_epoch), l, scaler.current_scale());
-        if (log_now) {
-          if (tty) std::fprintf(stderr, "\r%80s\r", "");
-          const double norm = cfg.clip_grad_norm > 0 ? scaler.last_grad_norm() : 0.0;  // before clipping
-          std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld",
-                      static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs),
-                      static_cast<long long>(i + 1), static_cast<long long>(steps_per_epoch), l,
-                      scaler.current_scale(), static_cast<long long>(scaler.skipped_steps()));
-          if (cfg.clip_grad_norm > 0) std::printf(", Grad norm: %.4g", norm);
-          std::printf("\n");
-          std::fflush(stdout);
-          std::vector<std::pair<std::string, double>> fields = {
-              {"step", double(step)}, {"epoch", double(epoch + 1)}, {"loss", l}, {"scale", scaler.current_scale()},
-              {"skipped", double(scaler.skipped_steps())}, {"lr", opt->lr}};
-          if (cfg.clip_grad_norm > 0) fields.push_back({"grad_norm", norm});
-          jlog.write("step", fields);
-        }
-      }
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train_seconds += secs;
-    images_seen += epoch_images;
-    last = evaluate(*model, test, compute, cfg.batch_size, device);
-    std::printf("Epoch %lld/%lld done: test loss %.4f, test accuracy %.2f%%, %.0f images/s, epoch time %.1f s\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), last.loss, last.accuracy,
-                static_cast<double>(epoch_images) / secs, secs);
+  const Split& train = data.train;
+  const std::vector<int32_t> order = epoch_order(train.size(), cfg.seed, epoch);
+  Tensor order_dev = Tensor::from_ints(order, {train.size()});
+  if (device.is_cuda()) order_dev = order_dev.to(device);
+  EpochResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  engine::LossScaler& scaler = *t.scaler;
+  for (int64_t i = t.step % steps_per_epoch; i < steps_per_epoch && t.step < total_steps; ++i) {
+    const int64_t begin = i * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
+    Tensor x = b == cfg.batch_size ? x_buf : x_buf.slice0(0, b);
+    Tensor y = b == cfg.batch_size ? y_buf : y_buf.slice0(0, b);
+    engine::make_batch(train.images, train.labels, order_dev.slice0(begin, begin + b), cfg.augment, aug, cfg.seed,
+                       static_cast<uint64_t>(epoch), x, y);
+    t.opt->lr = lr_at(t.step);
+    const Tensor loss = train_step(*t.model, *t.opt, scaler, x, y, compute, cfg.label_smoothing, cfg.clip_grad_norm);
+    ++t.step;
+    r.images += b;
+    const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
+    // The live progress line on a terminal, ten times per log interval: reading the loss
+    // and scale is a host sync on a GPU, so never on every step.
+    const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
+    if (!log_now && !progress) continue;
+    const double l = loss.item();
+    r.loss_sum += l;
+    ++r.loss_count;
+    if (progress)
+      std::fprintf(stderr, "\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  scale %g  ", static_cast<long long>(epoch + 1),
+                   static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
+                   static_cast<long long>(steps_per_epoch), l, scaler.current_scale());
+    if (!log_now) continue;
+    if (tty) std::fprintf(stderr, "\r%80s\r", "");
+    const double norm = cfg.clip_grad_norm > 0 ? scaler.last_grad_norm() : 0.0;  // before clipping
+    std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld",
+                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
+                static_cast<long long>(steps_per_epoch), l, scaler.current_scale(),
+                static_cast<long long>(scaler.skipped_steps()));
+    if (cfg.clip_grad_norm > 0) std::printf(", Grad norm: %.4g", norm);
+    std::printf("\n");
     std::fflush(stdout);
-    jlog.write("epoch", {{"epoch", double(epoch + 1)}, {"step", double(step)}, {"test_loss", last.loss},
-                         {"test_accuracy", last.accuracy}, {"images_per_s", double(epoch_images) / secs},
-                         {"epoch_seconds", secs}, {"train_loss", loss_count ? loss_sum / double(loss_count) : NAN}});
-    if (!cfg.checkpoint.empty()) save(cfg.checkpoint);
+    std::vector<std::pair<std::string, double>> fields = {
+        {"step", double(t.step)}, {"epoch", double(epoch + 1)}, {"loss", l}, {"scale", scaler.current_scale()},
+        {"skipped", double(scaler.skipped_steps())}, {"lr", t.opt->lr}};
+    if (cfg.clip_grad_norm > 0) fields.push_back({"grad_norm", norm});
+    jlog.write("step", fields);
   }
-  // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
-  if (!cfg.checkpoint.empty() && step % steps_per_epoch != 0) save(cfg.checkpoint);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
 
-  // ---- summary
+// ---- the summary ----------------------------------------------------------------------------
+void print_summary(const Config& cfg, Training& t, const Data& data, const EvalResult& last, double train_seconds,
+                   int64_t images_seen, engine::Device device, const engine::MemoryStats& mem, JsonLog& jlog) {
   // FP32 inference with the FP32 masters (training is over: the compute copies can go).
-  model->set_compute_dtype(DType::F32);
-  const EvalResult fp32 = evaluate(*model, test, DType::F32, cfg.batch_size, device);
-  const engine::MemoryStats& mem = stats_alloc.stats();
+  t.model->set_compute_dtype(DType::F32);
+  const EvalResult fp32 = evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device);
+  const engine::LossScaler& scaler = *t.scaler;
   std::printf("\nSummary: %s, %s, %lld steps (%lld skipped for overflow), final loss scale %g\n", cfg.model.c_str(),
-              cfg.precision.c_str(), static_cast<long long>(step), static_cast<long long>(scaler.skipped_steps()),
+              cfg.precision.c_str(), static_cast<long long>(t.step), static_cast<long long>(scaler.skipped_steps()),
               scaler.current_scale());
   std::printf("  test accuracy %.2f%% (%s inference), %.2f%% (FP32 inference)\n", last.accuracy, cfg.precision.c_str(),
               fp32.accuracy);
@@ -534,11 +522,74 @@ int run(const Config& cfg) {
   std::vector<std::pair<std::string, double>> fields = {
       {"test_accuracy", last.accuracy}, {"test_accuracy_fp32_inference", fp32.accuracy},
       {"train_seconds", train_seconds}, {"images_per_s", train_seconds > 0 ? images_seen / train_seconds : 0.0},
-      {"steps", double(step)}, {"skipped", double(scaler.skipped_steps())}, {"peak_bytes", double(mem.total_peak)}};
+      {"steps", double(t.step)}, {"skipped", double(scaler.skipped_steps())}, {"peak_bytes", double(mem.total_peak)}};
   for (int k = 0; k < engine::kNumMemKinds; ++k)
     fields.emplace_back(std::string("peak_") + engine::mem_kind_name(static_cast<engine::MemKind>(k)),
                         double(mem.at_total_peak[k]));
   jlog.write("summary", fields, {{"model", cfg.model}, {"precision", cfg.precision}});
+}
+
+int run(const Config& cfg) {
+#ifdef _OPENMP
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+#endif
+  const engine::Device device = engine::parse_device(cfg.device);
+  engine::set_cuda_deterministic(cfg.deterministic);
+  const DType compute = precision_dtype(cfg.precision);
+  engine::manual_seed(cfg.seed);
+
+  const Data data = load_data(cfg, device);
+  Training t = make_training(cfg, static_cast<int>(data.class_names.size()), device, compute);
+  if (!cfg.resume.empty()) resume(cfg, t);
+
+  const int64_t steps_per_epoch = (data.train.size() + cfg.batch_size - 1) / cfg.batch_size;
+  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
+                                                : steps_per_epoch * cfg.epochs;
+  std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
+              static_cast<long long>(t.model->num_parameters()), cfg.precision.c_str(), device.str().c_str(),
+              data.source.c_str());
+  std::printf("train %lld images, test %lld images, batch %lld, %lld steps per epoch, optimizer %s lr %g\n",
+              static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
+              static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),
+              cfg.lr);
+  std::fflush(stdout);
+  JsonLog jlog(cfg.log);
+
+  if (cfg.eval_only) {
+    const EvalResult r = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
+    t.model->set_compute_dtype(DType::F32);  // FP32 inference reads the FP32 masters
+    const EvalResult r32 = evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device);
+    std::printf("test loss %.4f, accuracy %.2f%% (%s); FP32 inference %.2f%%\n", r.loss, r.accuracy,
+                cfg.precision.c_str(), r32.accuracy);
+    return 0;
+  }
+
+  Tensor x_buf = Tensor::empty({cfg.batch_size, 32, 32, 3}, compute, device);
+  Tensor y_buf = Tensor::empty({cfg.batch_size}, DType::I32, device);
+  auto& stats_alloc = engine::allocator_for(device);
+  stats_alloc.reset_peak();
+  double train_seconds = 0;
+  int64_t images_seen = 0;
+  EvalResult last{};
+  for (int64_t epoch = t.step / steps_per_epoch; epoch < cfg.epochs && t.step < total_steps; ++epoch) {
+    const EpochResult e =
+        train_epoch(cfg, t, data, epoch, steps_per_epoch, total_steps, compute, device, x_buf, y_buf, jlog);
+    train_seconds += e.seconds;
+    images_seen += e.images;
+    last = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
+    std::printf("Epoch %lld/%lld done: test loss %.4f, test accuracy %.2f%%, %.0f images/s, epoch time %.1f s\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), last.loss, last.accuracy,
+                static_cast<double>(e.images) / e.seconds, e.seconds);
+    std::fflush(stdout);
+    jlog.write("epoch", {{"epoch", double(epoch + 1)}, {"step", double(t.step)}, {"test_loss", last.loss},
+                         {"test_accuracy", last.accuracy}, {"images_per_s", double(e.images) / e.seconds},
+                         {"epoch_seconds", e.seconds},
+                         {"train_loss", e.loss_count ? e.loss_sum / double(e.loss_count) : NAN}});
+    if (!cfg.checkpoint.empty()) save(cfg, t, cfg.checkpoint);
+  }
+  // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
+  if (!cfg.checkpoint.empty() && t.step % steps_per_epoch != 0) save(cfg, t, cfg.checkpoint);
+  print_summary(cfg, t, data, last, train_seconds, images_seen, device, stats_alloc.stats(), jlog);
   return 0;
 }
 
