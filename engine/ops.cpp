@@ -38,21 +38,25 @@ Tensor relu(const Tensor& x) {
   return y;
 }
 
-Tensor gelu(const Tensor& x) {
-  check_float("gelu", x, "input");
-  const Device dev = op_device("gelu", {&x});
+// A unary element-wise op from its formula struct (kernels/element_math.h): forward, and a
+// backward that reads the saved input. GELU is one; a new element-wise op is another line.
+template <class Op> Tensor unary_op(const char* name, const char* backward_name, const Tensor& x) {
+  check_float(name, x, "input");
+  const Device dev = op_device(name, {&x});
   Tensor y = like(x);
-  ENGINE_KERNEL("gelu", dev, x.dtype(), T, K::gelu_forward(x.data<T>(), y.data<T>(), x.numel(), stream));
+  ENGINE_KERNEL(name, dev, x.dtype(), T, K::unary_forward<Op>(x.data<T>(), y.data<T>(), x.numel(), stream));
   if (should_record({&x})) {
-    active_tape()->record("gelu", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
+    active_tape()->record(name, {x}, y, [x, dev, backward_name](const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = like(x);
-      ENGINE_KERNEL("gelu backward", dev, x.dtype(), T,
-                    K::gelu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(), stream));
+      ENGINE_KERNEL(backward_name, dev, x.dtype(), T,
+                    K::unary_backward<Op>(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(), stream));
       return {gx};
     });
   }
   return y;
 }
+
+Tensor gelu(const Tensor& x) { return unary_op<kernels::GeluOp>("gelu", "gelu backward", x); }
 
 namespace {
 Tensor add_raw(const Tensor& a, const Tensor& b) {

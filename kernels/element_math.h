@@ -22,6 +22,17 @@ template <class A> ENGINE_HD A gelu_bwd(A x, A gy) {
   return gy * (cdf + x * pdf);
 }
 
+// ---- unary element-wise ops, each one struct: the only place its formula lives --------------
+// fwd(x) and bwd(x, gy) in the accumulation type A. kernels::cpu::unary_forward/backward and
+// kernels::cuda::unary_forward/backward run any of them; the CUDA side is instantiated for every
+// op in ENGINE_UNARY_OPS. A new element-wise op is a struct here, its name in that list, and
+// its op function (with backward) in engine/ops.cpp.
+struct GeluOp {
+  template <class A> ENGINE_HD static A fwd(A x) { return gelu_fwd(x); }
+  template <class A> ENGINE_HD static A bwd(A x, A gy) { return gelu_bwd(x, gy); }
+};
+#define ENGINE_UNARY_OPS(X) X(GeluOp)
+
 // Dropout keeps element i when its uniform draw is >= p; the mask is a pure function of
 // (seed, stream, i), so backward and the GPU recompute it instead of storing it.
 ENGINE_HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t i, float p) {

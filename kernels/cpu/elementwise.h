@@ -34,13 +34,14 @@ template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n,
     }
   }
 }
-template <class T> void gelu_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
+// Any unary op of kernels/element_math.h: y = Op::fwd(x), gx = Op::bwd(x, gy), in acc_t<T>.
+template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(gelu_fwd<acc_t<T>>(x[i]));
+  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(Op::fwd(acc_t<T>(x[i])));
 }
-template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
+template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(gelu_bwd<acc_t<T>>(x[i], gy[i]));
+  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(Op::bwd(acc_t<T>(x[i]), acc_t<T>(gy[i])));
 }
 // y = a + b
 template <class T> void add(const T* a, const T* b, T* y, int64_t n, Stream = nullptr) {

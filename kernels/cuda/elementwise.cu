@@ -100,11 +100,11 @@ template <class T> struct ReluFwd {
 template <class T> struct ReluBwd {
   __device__ T operator()(T x, T gy) const { return from_acc<T>(relu_bwd<acc_t<T>>(acc_t<T>(x), acc_t<T>(gy))); }
 };
-template <class T> struct GeluFwd {
-  __device__ T operator()(int64_t, T x) const { return from_acc<T>(gelu_fwd<acc_t<T>>(acc_t<T>(x))); }
+template <class Op, class T> struct UnaryFwd {
+  __device__ T operator()(int64_t, T x) const { return from_acc<T>(Op::fwd(acc_t<T>(x))); }
 };
-template <class T> struct GeluBwd {
-  __device__ T operator()(T x, T gy) const { return from_acc<T>(gelu_bwd<acc_t<T>>(acc_t<T>(x), acc_t<T>(gy))); }
+template <class Op, class T> struct UnaryBwd {
+  __device__ T operator()(T x, T gy) const { return from_acc<T>(Op::bwd(acc_t<T>(x), acc_t<T>(gy))); }
 };
 template <class T> struct AddF {
   __device__ T operator()(T a, T b) const { return from_acc<T>(acc_t<T>(a) + acc_t<T>(b)); }
@@ -259,11 +259,11 @@ template <class T> void relu_forward(const T* x, T* y, int64_t n, cudaStream_t s
 template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t s) {
   launch_map2(n, ReluBwd<T>{}, gx, x, gy, s);
 }
-template <class T> void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t s) {
-  launch_map1(n, GeluFwd<T>{}, y, x, s);
+template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, cudaStream_t s) {
+  launch_map1(n, UnaryFwd<Op, T>{}, y, x, s);
 }
-template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t s) {
-  launch_map2(n, GeluBwd<T>{}, gx, x, gy, s);
+template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t s) {
+  launch_map2(n, UnaryBwd<Op, T>{}, gx, x, gy, s);
 }
 template <class T> void add(const T* a, const T* b, T* y, int64_t n, cudaStream_t s) {
   launch_map2(n, AddF<T>{}, y, a, b, s);
@@ -362,8 +362,6 @@ template <class T> void column_sum(int64_t rows, int64_t cols, const T* x, T* ou
 #define ENGINE_CUDA_EW(T)                                                                        \
   template void relu_forward<T>(const T*, T*, int64_t, cudaStream_t);                            \
   template void relu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                 \
-  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                            \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                 \
   template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                           \
   template void scale<T>(const T*, double, T*, int64_t, cudaStream_t);                           \
   template void dropout<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, cudaStream_t);      \
@@ -378,6 +376,19 @@ ENGINE_CUDA_EW(double)
 ENGINE_CUDA_EW(kernels::half)
 ENGINE_CUDA_EW(kernels::bfloat16)
 #undef ENGINE_CUDA_EW
+
+// Every unary op of ENGINE_UNARY_OPS (kernels/element_math.h), in every float type.
+#define ENGINE_CUDA_UNARY_T(Op, T)                                                          \
+  template void unary_forward<Op, T>(const T*, T*, int64_t, cudaStream_t);                   \
+  template void unary_backward<Op, T>(const T*, const T*, T*, int64_t, cudaStream_t);
+#define ENGINE_CUDA_UNARY(Op)              \
+  ENGINE_CUDA_UNARY_T(Op, float)           \
+  ENGINE_CUDA_UNARY_T(Op, double)          \
+  ENGINE_CUDA_UNARY_T(Op, kernels::half)   \
+  ENGINE_CUDA_UNARY_T(Op, kernels::bfloat16)
+ENGINE_UNARY_OPS(ENGINE_CUDA_UNARY)
+#undef ENGINE_CUDA_UNARY
+#undef ENGINE_CUDA_UNARY_T
 
 #define ENGINE_CUDA_CAST(F, T) template void cast<F, T>(const F*, T*, int64_t, cudaStream_t);
 #define ENGINE_CUDA_CAST_FROM(F)          \

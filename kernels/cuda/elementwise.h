@@ -15,8 +15,9 @@ namespace kernels::cuda {
 
 template <class T> void relu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
 template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t stream);
-template <class T> void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);  // exact erf form
-template <class T> void gelu_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t stream);
+// Any unary op of kernels/element_math.h (built for each one in ENGINE_UNARY_OPS).
+template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
+template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t stream);
 template <class T> void add(const T* a, const T* b, T* y, int64_t n, cudaStream_t stream);  // y = a + b
 template <class T> void scale(const T* x, double s, T* y, int64_t n, cudaStream_t stream);  // y = s * x
 // y = convert<To>(x): every pair of {float, double, half, bfloat16}, one correct rounding

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/allocator.h"
+#include "kernels/element_math.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/launch.cuh"
@@ -265,7 +266,7 @@ void linear_forward(int64_t rows, int64_t in, int64_t out, const T* x, const T* 
     if (bias) add_row_bias<T>(rows, out, bias, dst, stream);
     if (relu) relu_forward<T>(dst, dst, rows * out, stream);
   }
-  if (ep == Epilogue::Gelu) gelu_forward<T>(dst, y, rows * out, stream);
+  if (ep == Epilogue::Gelu) unary_forward<GeluOp, T>(dst, y, rows * out, stream);
 }
 
 template <class T>

@@ -101,8 +101,8 @@ TEMPLATE_TEST_CASE("element-wise kernels match the CPU reference", "[cuda]", flo
     const double ua = std::is_same<T, double>::value ? unit_roundoff<double>() : unit_roundoff<float>();
     {
       dy.poison();
-      kg::gelu_forward(pa, py, n, stream());
-      kc::gelu_forward(a.data() + off, want.data() + off, n);
+      kg::unary_forward<kernels::GeluOp>(pa, py, n, stream());
+      kc::unary_forward<kernels::GeluOp>(a.data() + off, want.data() + off, n);
       std::vector<double> w = to_d(cpu()), sc(w.size());
       for (size_t i = 0; i < w.size(); ++i)
         sc[i] = 8 * ua * (std::fabs(to_d(a[off + i])) + std::fabs(w[i])) + 2 * unit_roundoff<T>() * std::fabs(w[i]);
@@ -110,8 +110,8 @@ TEMPLATE_TEST_CASE("element-wise kernels match the CPU reference", "[cuda]", flo
     }
     {
       dy.poison();
-      kg::gelu_backward(pa, pb, py, n, stream());
-      kc::gelu_backward(a.data() + off, b.data() + off, want.data() + off, n);
+      kg::unary_backward<kernels::GeluOp>(pa, pb, py, n, stream());
+      kc::unary_backward<kernels::GeluOp>(a.data() + off, b.data() + off, want.data() + off, n);
       std::vector<double> w = to_d(cpu()), sc(w.size());
       for (size_t i = 0; i < w.size(); ++i)  // |d gelu/dx| <= 1.13, so |gy| * 2 bounds the terms
         sc[i] = 8 * ua * 2 * std::fabs(to_d(b[off + i])) + 2 * unit_roundoff<T>() * std::fabs(w[i]);
