@@ -62,7 +62,7 @@ class LossScaler {
   // Queued: the device skips it itself, and found_inf() tells which (a host wait).
   StepResult step(Optimizer& opt);
   // Backoff on overflow (reset the clean-step tracker), growth after growth_interval clean
-  // steps (never to inf). Must follow step().
+  // steps (never to inf); skips are counted here, on both backends. Must follow step().
   void update();
 
   // On a CUDA device the state lives in device memory and these read it (a host wait):
@@ -87,8 +87,8 @@ class LossScaler {
   struct DeviceState;  // scale, 1/scale, found-inf flag and counters in device memory
   void ensure_device(Device d) const;
   bool on_device() const { return dev_ != nullptr; }
-  void check_skip_limit(int64_t consecutive) const;
-  kernels::ScalerRule rule() const;  // the config as the shared update rule reads it  // throws at max_consecutive_skips
+  void check_skip_limit(int64_t consecutive) const;  // throws at max_consecutive_skips
+  kernels::ScalerRule rule() const;                   // the config as the shared update rule reads it
 
   mutable std::shared_ptr<DeviceState> dev_;
   LossScalerConfig config_;

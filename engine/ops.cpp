@@ -174,10 +174,14 @@ Tensor sum(const Tensor& x_in) {
   Tensor y = Tensor::empty({1}, acc_dtype(x.dtype()), dev);
   ENGINE_KERNEL("sum", dev, x.dtype(), T, K::sum(x.data<T>(), x.numel(), y.data<kernels::acc_t<T>>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("sum", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
+    // Backward needs only the input's shape and dtype: keeping x itself would hold a whole
+    // (possibly widened) activation alive until backward.
+    const Shape shape = x.shape();
+    const DType dt = x.dtype();
+    active_tape()->record("sum", {x}, y, [shape, dt, dev](const Tensor& gy) -> std::vector<Tensor> {
       // Every input element gets the output's gradient, read where it lies (no host wait).
-      Tensor gx = like(x);
-      ENGINE_KERNEL("sum backward", dev, x.dtype(), T,
+      Tensor gx = Tensor::empty(shape, dt, dev);
+      ENGINE_KERNEL("sum backward", dev, dt, T,
                     K::fill_from_device(gx.data<T>(), gy.data<kernels::acc_t<T>>(), gx.numel(), stream));
       return {gx};
     });

@@ -120,7 +120,14 @@ bool Optimizer::last_step_skipped() const {
 std::vector<size_t> Optimizer::stepped_parameters() const {
   std::vector<size_t> out;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i]->grad().defined()) out.push_back(i);
+    if (params_[i]->grad().defined()) {
+      // The fused steps index gradient, master and state alike: a mismatched gradient would
+      // write past the master's buffers.
+      ENGINE_CHECK(params_[i]->grad().numel() == params_[i]->master.numel(),
+                   "optimizer: gradient " << params_[i]->grad().desc() << " of '" << params_[i]->name
+                                          << "' does not match its master " << params_[i]->master.desc());
+      out.push_back(i);
+    }
   return out;
 }
 

@@ -31,7 +31,8 @@ template <class S> ENGINE_HD void scaler_update_rule(ScalerCounters<S>& st, bool
     ++st.consecutive;
     if (!r.dynamic) return;
     const S backed = st.scale * static_cast<S>(r.backoff);
-    st.scale = backed < static_cast<S>(r.min_scale) ? static_cast<S>(r.min_scale) : backed;
+    // Written so a NaN scale also falls to the floor.
+    st.scale = backed >= static_cast<S>(r.min_scale) ? backed : static_cast<S>(r.min_scale);
     st.tracker = 0;
     return;
   }

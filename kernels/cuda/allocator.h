@@ -61,8 +61,6 @@ class CachingAllocator final : public kernels::Allocator {
 
 // The allocator of the current device at first call (one device for now).
 CachingAllocator& cuda_allocator();
-// Registers cuda_allocator() with kernels::register_cuda_allocator, once.
-void ensure_cuda_allocator_registered();
 
 // A scratch buffer from the caching allocator, counted as MemKind::Workspace, released
 // (to the cache, stream-ordered) when it goes out of scope.
