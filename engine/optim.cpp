@@ -131,20 +131,21 @@ std::vector<size_t> Optimizer::stepped_parameters() const {
   return out;
 }
 
-void Optimizer::check_finite_device(int* found_inf) { device_op(DeviceOp::CheckFinite, found_inf, nullptr, nullptr); }
+void Optimizer::check_finite_device(int* found_inf) { device_plan().check_finite(found_inf); }
 
 void Optimizer::apply_device(const float* inv_scale, const int* found_inf) {
-  device_op(DeviceOp::Apply, const_cast<int*>(found_inf), inv_scale, nullptr);  // read only by Apply
+  cuda::OptimizerPlan& plan = device_plan();
+  device_update(plan, inv_scale, found_inf, dev_->step.data<int64_t>());
 }
 
 void Optimizer::grad_sq_norm_device(const float* inv_scale, double* sq_sum) {
-  device_op(DeviceOp::SquaredNorm, nullptr, inv_scale, sq_sum);
+  device_plan().grad_sq_norm(inv_scale, sq_sum);
 }
 
-// One multi-tensor launch over the parameters with a gradient. Gradients and state keep their
-// addresses across steps (zero_grad clears in place), so the plan is uploaded once and rebuilt
-// only if some pointer, or the set of stepped parameters, changed.
-void Optimizer::device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum) {
+// The multi-tensor plan over the parameters with a gradient, for one launch. Gradients and
+// state keep their addresses across steps (zero_grad clears in place), so the plan is uploaded
+// once and rebuilt only if some pointer, or the set of stepped parameters, changed.
+cuda::OptimizerPlan& Optimizer::device_plan() {
   ENGINE_CHECK(on_cuda(), "optimizer: the device step needs parameters on a CUDA device");
   const Device d = params_[0]->master.device();
   if (!dev_) dev_ = std::make_shared<DeviceState>();
@@ -168,11 +169,7 @@ void Optimizer::device_op(DeviceOp op, int* found_inf, const float* inv_scale, d
     refs.push_back(r);
   }
   dev_->plan->set_params(refs);
-  switch (op) {
-    case DeviceOp::CheckFinite: dev_->plan->check_finite(found_inf); break;
-    case DeviceOp::SquaredNorm: dev_->plan->grad_sq_norm(inv_scale, sq_sum); break;
-    case DeviceOp::Apply: device_update(*dev_->plan, inv_scale, found_inf, dev_->step.data<int64_t>()); break;
-  }
+  return *dev_->plan;
 }
 
 void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps()); }

@@ -70,8 +70,7 @@ class Optimizer {
   virtual void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
                              int64_t* step) = 0;
   void sync_steps_to_device();
-  enum class DeviceOp { CheckFinite, Apply, SquaredNorm };
-  void device_op(DeviceOp op, int* found_inf, const float* inv_scale, double* sq_sum);
+  cuda::OptimizerPlan& device_plan();  // the plan over the stepped parameters, up to date
 
   std::vector<ParamPtr> params_;
   int64_t steps_ = 0;
