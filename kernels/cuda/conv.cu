@@ -130,6 +130,13 @@ template <class Perf> void append(std::vector<Cand>& out, const Perf* p, int cou
         Cand{static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].mathType, p[i].determinism, p[i].time});
 }
 
+// How many algorithms cuDNN has for a direction (the size of a query's result array).
+cudnnStatus_t algo_count(Dir dir, cudnnHandle_t h, int* max) {
+  return dir == Dir::Fwd       ? cudnnGetConvolutionForwardAlgorithmMaxCount(h, max)
+         : dir == Dir::BwdData ? cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, max)
+                               : cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, max);
+}
+
 // Both queries report a refusal in *st (no throw): a shape cuDNN will not even rank still has
 // the fallbacks ahead of it.
 #define CONV_QUERY(call)                 \
@@ -141,23 +148,21 @@ template <class Perf> void append(std::vector<Cand>& out, const Perf* p, int cou
 std::vector<Cand> heuristic_candidates(Dir dir, cudnnHandle_t h, const Descs& d, cudnnStatus_t* st) {
   std::vector<Cand> out;
   int max = 0, got = 0;
+  CONV_QUERY(algo_count(dir, h, &max));
   switch (dir) {
     case Dir::Fwd: {
-      CONV_QUERY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, max, &got, p.data()));
       append(out, p.data(), got);
       break;
     }
     case Dir::BwdData: {
-      CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, max, &got, p.data()));
       append(out, p.data(), got);
       break;
     }
     case Dir::BwdFilter: {
-      CONV_QUERY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, max, &got, p.data()));
@@ -173,9 +178,9 @@ std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d,
                                        void* out_buf, void* ws, size_t ws_bytes, cudnnStatus_t* st) {
   std::vector<Cand> out;
   int max = 0, got = 0;
+  CONV_QUERY(algo_count(dir, h, &max));
   switch (dir) {
     case Dir::Fwd: {
-      CONV_QUERY(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, in0, d.w.d, in1, d.conv.d, d.y.d, out_buf, max,
                                                         &got, p.data(), ws, ws_bytes));
@@ -183,7 +188,6 @@ std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d,
       break;
     }
     case Dir::BwdData: {
-      CONV_QUERY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, in1, d.y.d, in0, d.conv.d, d.x.d, out_buf, max,
                                                              &got, p.data(), ws, ws_bytes));
@@ -191,7 +195,6 @@ std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d,
       break;
     }
     case Dir::BwdFilter: {
-      CONV_QUERY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> p(static_cast<size_t>(max));
       CONV_QUERY(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, in0, d.y.d, in1, d.conv.d, d.w.d, out_buf,
                                                                max, &got, p.data(), ws, ws_bytes));
@@ -203,13 +206,6 @@ std::vector<Cand> benchmark_candidates(Dir dir, cudnnHandle_t h, const Descs& d,
 }
 #undef CONV_QUERY
 
-int algo_count(Dir dir, cudnnHandle_t h) {
-  int max = 0;
-  const cudnnStatus_t st = dir == Dir::Fwd       ? cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max)
-                           : dir == Dir::BwdData ? cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max)
-                                                 : cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max);
-  return st == CUDNN_STATUS_SUCCESS ? max : 0;
-}
 
 cudnnStatus_t workspace_size(Dir dir, cudnnHandle_t h, const Descs& d, int algo, size_t* bytes) {
   switch (dir) {
@@ -375,7 +371,9 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const voi
   // any algorithm asks for this shape (asked of each algorithm, not only the heuristics' picks).
   CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
   size_t ws_bytes = 0;
-  for (int algo = 0; algo < algo_count(dir, h); ++algo) {
+  int algos = 0;
+  if (algo_count(dir, h, &algos) != CUDNN_STATUS_SUCCESS) algos = 0;
+  for (int algo = 0; algo < algos; ++algo) {
     size_t need = 0;
     if (workspace_size(dir, h, d, algo, &need) == CUDNN_STATUS_SUCCESS && need <= conv_workspace_limit())
       ws_bytes = std::max(ws_bytes, need);
