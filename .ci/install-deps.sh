@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the build needs (CMake, a compiler, Catch2 v2, stb_image)
-# when they are missing. Uses apt-get as root; otherwise says what to install.
+# when they are missing, and the Python packages the export test reads our files with
+# (safetensors, numpy: a few MB from PyPI). Uses apt-get as root; otherwise says what to install.
 set -euo pipefail
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
@@ -8,6 +9,12 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 [ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
 [ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "Installing Python packages: safetensors numpy"
+  python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy ||
+    { echo "error: cannot install the Python packages safetensors and numpy (pip install safetensors numpy)" >&2; exit 1; }
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "Installing: ${need[*]}"

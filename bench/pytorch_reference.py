@@ -52,62 +52,10 @@ class InputError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# Models: the same structures as models/models.cpp, in PyTorch's NCHW and default init.
-
-def conv_bn_relu(cin, cout, stride=1):
-    # No conv bias: batch-norm follows and would cancel it.
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
-class Residual(nn.Module):
-    """body(x) + shortcut(x) (identity when shortcut is None), as models::Residual."""
-
-    def __init__(self, body, shortcut=None):
-        super().__init__()
-        self.body = body
-        self.shortcut = shortcut
-
-    def forward(self, x):
-        return self.body(x) + (self.shortcut(x) if self.shortcut is not None else x)
-
-
-def basic_block(cin, cout, stride):
-    body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                         nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
-    shortcut = None
-    if stride != 1 or cin != cout:
-        shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
-    return nn.Sequential(Residual(body, shortcut), nn.ReLU())
-
-
-def simplecnn(classes=10):
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, classes))
-
-
-def resnet9(classes=10):
-    def layer(cin, cout, residual):
-        mods = [conv_bn_relu(cin, cout), nn.MaxPool2d(2)]
-        if residual:
-            mods.append(Residual(nn.Sequential(conv_bn_relu(cout, cout), conv_bn_relu(cout, cout))))
-        return nn.Sequential(*mods)
-
-    return nn.Sequential(conv_bn_relu(3, 64), layer(64, 128, True), layer(128, 256, False), layer(256, 512, True),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes))
-
-
-def resnet18(classes=10):
-    mods, cin = [conv_bn_relu(3, 64)], 64
-    for width in (64, 128, 256, 512):
-        mods += [basic_block(cin, width, 1 if width == 64 else 2), basic_block(width, width, 1)]
-        cin = width
-    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
-    return nn.Sequential(*mods)
-
-
-MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18}
+# Models: the same structures as models/models.cpp, in PyTorch's NCHW and default init, with
+# the names `trainer --export` writes (bench/pytorch_models.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_models import MODELS  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

@@ -579,6 +579,47 @@ Dataset read_cifar_binary(const std::vector<std::string>& files) {
   return d;
 }
 
+Image read_image(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  ENGINE_CHECK(!ec, "cannot read image '" << path << "': " << ec.message());
+  ENGINE_CHECK(size <= (64u << 20), "image '" << path << "' is " << size << " bytes; images above 64 MB are refused");
+  std::vector<uint8_t> buf;
+  read_file_into(path, size, buf, "image");
+  int w = 0, h = 0, comp = 0;
+  unsigned char* px = stbi_load_from_memory(buf.data(), static_cast<int>(buf.size()), &w, &h, &comp, Dataset::kC);
+  if (!px) {
+    const char* r = stbi_failure_reason();
+    ENGINE_FAIL("cannot decode image '" << path << "': " << (r ? r : "unknown error")
+                                        << " (PNG or JPEG up to 1024x1024 are read)");
+  }
+  Image img{w, h, std::vector<uint8_t>(px, px + static_cast<size_t>(w) * h * Dataset::kC)};
+  stbi_image_free(px);
+  return img;
+}
+
+std::vector<uint8_t> resize_bilinear(const Image& img, int out_w, int out_h) {
+  std::vector<uint8_t> out(static_cast<size_t>(out_w) * out_h * Dataset::kC);
+  const double sx = static_cast<double>(img.width) / out_w, sy = static_cast<double>(img.height) / out_h;
+  for (int y = 0; y < out_h; ++y) {
+    // Half-pixel centres: output pixel y samples the input at (y + 0.5) * scale - 0.5.
+    const double fy = std::clamp((y + 0.5) * sy - 0.5, 0.0, img.height - 1.0);
+    const int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, img.height - 1);
+    const double wy = fy - y0;
+    for (int x = 0; x < out_w; ++x) {
+      const double fx = std::clamp((x + 0.5) * sx - 0.5, 0.0, img.width - 1.0);
+      const int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, img.width - 1);
+      const double wx = fx - x0;
+      for (int c = 0; c < Dataset::kC; ++c) {
+        auto at = [&](int yy, int xx) { return static_cast<double>(img.rgb[(static_cast<size_t>(yy) * img.width + xx) * Dataset::kC + c]); };
+        const double v = (1 - wy) * ((1 - wx) * at(y0, x0) + wx * at(y0, x1)) + wy * ((1 - wx) * at(y1, x0) + wx * at(y1, x1));
+        out[(static_cast<size_t>(y) * out_w + x) * Dataset::kC + c] = static_cast<uint8_t>(std::lround(std::clamp(v, 0.0, 255.0)));
+      }
+    }
+  }
+  return out;
+}
+
 Dataset read_image_folder(const std::string& split_dir, bool verbose) {
   return decode_images(list_image_folder(split_dir), verbose, split_dir);
 }

@@ -48,6 +48,19 @@ Dataset read_cifar_binary(const std::vector<std::string>& files);
 // on their number. verbose: progress on stderr.
 Dataset read_image_folder(const std::string& split_dir, bool verbose = false);
 
+// One PNG or JPEG of any size up to 1024x1024 (what predict reads), as RGB rows.
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // height * width * 3
+};
+Image read_image(const std::string& path);
+
+// Bilinear resampling with half-pixel centres (OpenCV's INTER_LINEAR, PyTorch's
+// interpolate(mode="bilinear", align_corners=False) without antialiasing): each output pixel
+// blends the 2x2 input pixels around its centre, so shrinking by more than 2x skips pixels
+// (aliasing); rounded to the nearest integer. Returns out_h * out_w * 3 bytes.
+std::vector<uint8_t> resize_bilinear(const Image& img, int out_w, int out_h);
+
 // Where load_cifar10 would read from. Lets the trainer fall back to synthetic data only when
 // nothing is there at all (a broken data set stays an error).
 struct CifarLocation {

@@ -124,23 +124,29 @@ void save_checkpoint(const std::string& path, const StateDict& state) {
   file += payload;
   put_pod<uint64_t>(file, fnv1a(payload));
 
+  write_file_atomically(path, file, "checkpoint");
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes, const char* what) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ENGINE_CHECK(fd >= 0, "cannot write checkpoint " << tmp << ": " << std::strerror(errno));
+  ENGINE_CHECK(fd >= 0, "cannot write " << what << " " << tmp << ": " << std::strerror(errno));
   size_t done = 0;
-  while (done < file.size()) {
-    const ssize_t n = ::write(fd, file.data() + done, file.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       const int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      ENGINE_FAIL("cannot write checkpoint " << tmp << ": " << std::strerror(err));
+      ENGINE_FAIL("cannot write " << what << " " << tmp << ": " << std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
   const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
   ::close(fd);
-  ENGINE_CHECK(synced, "cannot flush checkpoint " << tmp << ": " << std::strerror(errno));
+  if (!synced) ::unlink(tmp.c_str());
+  ENGINE_CHECK(synced, "cannot flush " << what << " " << tmp << ": " << std::strerror(err));
   ENGINE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
                "cannot rename " << tmp << " to " << path << ": " << std::strerror(errno));
 }

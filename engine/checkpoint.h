@@ -24,6 +24,9 @@ struct StateDict {
 };
 
 void save_checkpoint(const std::string& path, const StateDict& state);
+// Writes `bytes` to path.tmp, flushes it and renames it over `path`: readers see the old file
+// or the whole new one, never half of it. `what` names the file in errors ("checkpoint").
+void write_file_atomically(const std::string& path, const std::string& bytes, const char* what);
 // Refuses (engine::Error naming the file and what is wrong) a missing, truncated, altered
 // or foreign file.
 StateDict load_checkpoint(const std::string& path);

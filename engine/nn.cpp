@@ -19,6 +19,13 @@ std::vector<std::pair<std::string, ParamPtr>> Module::named_parameters() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out = {{"", this}};
+  for (const auto& [name, child] : children_)
+    for (const auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
 std::vector<ParamPtr> Module::parameters() const {
   std::vector<ParamPtr> out;
   for (auto& np : named_parameters()) out.push_back(np.second);

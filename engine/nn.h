@@ -36,6 +36,8 @@ class Module {
   std::vector<ParamPtr> parameters() const;
   std::vector<std::pair<std::string, ParamPtr>> named_parameters() const;
   int64_t num_parameters() const;
+  // This module ("") and every descendant, keyed by the same paths ("0", "0.1").
+  std::vector<std::pair<std::string, Module*>> named_modules();
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }

@@ -112,4 +112,18 @@ std::shared_ptr<Module> make_model(const std::string& name, int classes) {
   ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9 or resnet18)");
 }
 
+const PytorchNaming& pytorch_naming(const std::string& model) {
+  // simplecnn is the classic PyTorch CIFAR-10 tutorial net: conv1, conv2, fc1 (after
+  // x.view(-1, 32*8*8), so NCHW order), fc2. The ResNets' PyTorch twins are Sequentials laid
+  // out like ours, so their paths agree as they are.
+  static const std::map<std::string, PytorchNaming> table = {
+      {"simplecnn", {{{"0", "conv1"}, {"3", "conv2"}, {"7", "fc1"}, {"10", "fc2"}}, {{"7", {8, 8, 32}}}}},
+      {"resnet9", {}},
+      {"resnet18", {}},
+  };
+  auto it = table.find(model);
+  ENGINE_CHECK(it != table.end(), "unknown model '" << model << "' (choose simplecnn, resnet9 or resnet18)");
+  return it->second;
+}
+
 }  // namespace models

@@ -2,6 +2,8 @@
 // built from engine modules (NHWC activations, 32x32x3 inputs, 10 classes).
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,5 +33,16 @@ std::shared_ptr<engine::Module> resnet9(int classes = 10);
 const std::vector<std::string>& model_names();
 // The model by name; an unknown name is an engine::Error listing the known ones.
 std::shared_ptr<engine::Module> make_model(const std::string& name, int classes = 10);
+
+// How a model's parameter paths and layouts map onto its PyTorch twin in
+// bench/pytorch_models.py, for the safetensors export and import (models/pytorch_weights.h).
+struct PytorchNaming {
+  // Our module path -> PyTorch's ("0" -> "conv1"); paths not listed are the same in both.
+  std::map<std::string, std::string> module_renames;
+  // Linear layers fed by a flatten of NHWC activations [H, W, C]: PyTorch flattens NCHW, so
+  // their weight columns are reordered on the way out and back.
+  std::map<std::string, std::array<int64_t, 3>> flattened_hwc;
+};
+const PytorchNaming& pytorch_naming(const std::string& model);
 
 }  // namespace models

@@ -27,6 +27,7 @@
 #include "engine/random.h"
 #include "kernels/philox.h"
 #include "models/models.h"
+#include "models/pytorch_weights.h"
 
 namespace {
 
@@ -55,6 +56,9 @@ struct Config {
   int64_t growth_interval = 2000;
   uint64_t seed = 0;
   std::string checkpoint, resume, log;
+  std::string export_path;          // --export: the --resume checkpoint as safetensors
+  std::string export_dtype = "fp32";
+  std::string init_from;            // starting weights from a safetensors file
   bool eval_only = false;
   int64_t subset = 0;               // 0: the whole training set
   int64_t max_steps = 0;            // 0: run all epochs
@@ -99,6 +103,11 @@ Runs:
   --checkpoint FILE       save after every epoch (and at --max-steps)
   --resume FILE           continue from a checkpoint (bit-identical on the CPU)
   --eval-only             evaluate the --resume checkpoint on the test set and exit
+  --export FILE           write the --resume checkpoint's weights as safetensors under
+                          PyTorch's names and layouts (bench/pytorch_models.py) and exit
+  --export-dtype P        fp32 | fp16 | bf16, rounded once from the FP32 masters [fp32]
+  --init-from FILE        start from the weights of a safetensors file (exported here, or
+                          a PyTorch state_dict of the matching bench/pytorch_models.py model)
   --max-steps N           stop after N optimizer steps in total
   --log FILE              metrics as JSON lines
   --log-every N           progress line every N steps                [100]
@@ -161,6 +170,9 @@ Config parse_args(int argc, char** argv) {
   valued["--seed"] = [&](const std::string& v) { c.seed = static_cast<uint64_t>(to_int("--seed", v, 0)); };
   valued["--checkpoint"] = [&](const std::string& v) { c.checkpoint = v; };
   valued["--resume"] = [&](const std::string& v) { c.resume = v; };
+  valued["--export"] = [&](const std::string& v) { c.export_path = v; };
+  valued["--export-dtype"] = [&](const std::string& v) { c.export_dtype = choice("--export-dtype", v, {"fp32", "fp16", "bf16"}); };
+  valued["--init-from"] = [&](const std::string& v) { c.init_from = v; };
   valued["--log"] = [&](const std::string& v) { c.log = v; };
   valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
   valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
@@ -202,6 +214,9 @@ Config parse_args(int argc, char** argv) {
     }
   }
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
+  if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
+  if (!c.export_path.empty() && c.eval_only) usage_error("--export and --eval-only are separate runs");
+  if (!c.init_from.empty() && !c.resume.empty()) usage_error("--init-from starts a new run; --resume continues one: give one");
   if (c.nesterov && c.optimizer != "sgd") usage_error("--nesterov applies to --optimizer sgd only");
   if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
   if (c.label_smoothing >= 1) usage_error("--label-smoothing must be below 1");
@@ -412,7 +427,7 @@ void resume(const Config& cfg, Training& t) {
   std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(t.step));
 }
 
-void save(const Config& cfg, const Training& t, const std::string& path) {
+void save(const Config& cfg, const Training& t, const std::vector<std::string>& class_names, const std::string& path) {
   engine::StateDict ck;
   t.model->save_state(ck);
   t.opt->save_state(ck);
@@ -427,7 +442,31 @@ void save(const Config& cfg, const Training& t, const std::string& path) {
   ck.meta["precision"] = cfg.precision;
   ck.meta["seed"] = std::to_string(cfg.seed);
   ck.set_int("batch_size", cfg.batch_size);
+  std::string classes;
+  for (const auto& c : class_names) classes += (classes.empty() ? "" : ",") + c;
+  ck.meta["classes"] = classes;
   engine::save_checkpoint(path, ck);
+}
+
+// trainer --resume CKPT --export FILE: the checkpoint's FP32 masters under PyTorch's names.
+int export_checkpoint(const Config& cfg) {
+  const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
+  const std::string model_name = ck.get("model");
+  std::vector<std::string> classes;
+  if (ck.meta.count("classes")) {
+    std::stringstream ss(ck.get("classes"));
+    for (std::string c; std::getline(ss, c, ',');) classes.push_back(c);
+  } else {
+    classes = data::cifar10_class_names();  // checkpoints from before class names were saved
+  }
+  auto model = models::make_model(model_name, static_cast<int>(classes.size()));
+  model->load_state(ck);
+  models::export_safetensors(cfg.export_path, *model, model_name, precision_dtype(cfg.export_dtype), ck.get_int("step"),
+                             classes);
+  std::printf("exported %s (%s, %lld parameters, step %lld) to %s as %s safetensors\n", cfg.resume.c_str(),
+              model_name.c_str(), static_cast<long long>(model->num_parameters()),
+              static_cast<long long>(ck.get_int("step")), cfg.export_path.c_str(), cfg.export_dtype.c_str());
+  return 0;
 }
 
 // ---- one epoch ----------------------------------------------------------------------------
@@ -538,9 +577,15 @@ int run(const Config& cfg) {
   const DType compute = precision_dtype(cfg.precision);
   engine::manual_seed(cfg.seed);
 
+  if (!cfg.export_path.empty()) return export_checkpoint(cfg);
+
   const Data data = load_data(cfg, device);
   Training t = make_training(cfg, static_cast<int>(data.class_names.size()), device, compute);
   if (!cfg.resume.empty()) resume(cfg, t);
+  if (!cfg.init_from.empty()) {
+    models::import_safetensors(cfg.init_from, *t.model, cfg.model);
+    std::fprintf(stderr, "starting from the weights in %s\n", cfg.init_from.c_str());
+  }
 
   const int64_t steps_per_epoch = (data.train.size() + cfg.batch_size - 1) / cfg.batch_size;
   const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
@@ -585,10 +630,10 @@ int run(const Config& cfg) {
                          {"test_accuracy", last.accuracy}, {"images_per_s", double(e.images) / e.seconds},
                          {"epoch_seconds", e.seconds},
                          {"train_loss", e.loss_count ? e.loss_sum / double(e.loss_count) : NAN}});
-    if (!cfg.checkpoint.empty()) save(cfg, t, cfg.checkpoint);
+    if (!cfg.checkpoint.empty()) save(cfg, t, data.class_names, cfg.checkpoint);
   }
   // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
-  if (!cfg.checkpoint.empty() && t.step % steps_per_epoch != 0) save(cfg, t, cfg.checkpoint);
+  if (!cfg.checkpoint.empty() && t.step % steps_per_epoch != 0) save(cfg, t, data.class_names, cfg.checkpoint);
   print_summary(cfg, t, data, last, train_seconds, images_seen, device, stats_alloc.stats(), jlog);
   return 0;
 }

@@ -1,0 +1,102 @@
+"""PyTorch twins of the engine's models (models/models.cpp), with the parameter names and
+layouts that `trainer --export` writes, so an exported file loads with no renaming:
+
+    import safetensors.torch, pytorch_models
+    net = pytorch_models.MODELS["simplecnn"]()
+    net.load_state_dict(safetensors.torch.load_file("model.safetensors"))
+    logits = net(pytorch_models.to_input(images_uint8_nhwc))
+
+simplecnn is the classic PyTorch CIFAR-10 tutorial net (conv1, conv2, fc1, fc2); the ResNets are
+Sequentials laid out module for module like ours. bench/pytorch_reference.py trains these same
+definitions for the side-by-side tables.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SimpleCNN(nn.Module):
+    """conv3x3(3->16)+ReLU+pool, conv3x3(16->32)+ReLU+pool, fc 2048->256+ReLU, dropout 0.5, fc."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.fc1 = nn.Linear(32 * 8 * 8, 256)
+        self.dropout = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(256, classes)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        # The tutorial's x.view(-1, 32 * 8 * 8): NCHW order. flatten also accepts channels_last.
+        x = torch.flatten(x, 1)
+        x = self.dropout(F.relu(self.fc1(x)))
+        return self.fc2(x)
+
+
+def conv_bn_relu(cin, cout, stride=1):
+    # No conv bias: batch-norm follows and would cancel it.
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class Residual(nn.Module):
+    """body(x) + shortcut(x) (identity when shortcut is None), as models::Residual."""
+
+    def __init__(self, body, shortcut=None):
+        super().__init__()
+        self.body = body
+        self.shortcut = shortcut
+
+    def forward(self, x):
+        return self.body(x) + (self.shortcut(x) if self.shortcut is not None else x)
+
+
+class GlobalAvgPool(nn.Module):
+    """Mean over H and W to [N, C]: one module, as engine::GlobalAvgPool, so indices agree."""
+
+    def forward(self, x):
+        return x.mean((2, 3))
+
+
+def basic_block(cin, cout, stride):
+    body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+    shortcut = None
+    if stride != 1 or cin != cout:
+        shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
+    return nn.Sequential(Residual(body, shortcut), nn.ReLU())
+
+
+def simplecnn(classes=10):
+    return SimpleCNN(classes)
+
+
+def resnet9(classes=10):
+    def layer(cin, cout, residual):
+        mods = [conv_bn_relu(cin, cout), nn.MaxPool2d(2)]
+        if residual:
+            mods.append(Residual(nn.Sequential(conv_bn_relu(cout, cout), conv_bn_relu(cout, cout))))
+        return nn.Sequential(*mods)
+
+    return nn.Sequential(conv_bn_relu(3, 64), layer(64, 128, True), layer(128, 256, False), layer(256, 512, True),
+                         GlobalAvgPool(), nn.Linear(512, classes))
+
+
+def resnet18(classes=10):
+    mods, cin = [conv_bn_relu(3, 64)], 64
+    for width in (64, 128, 256, 512):
+        mods += [basic_block(cin, width, 1 if width == 64 else 2), basic_block(width, width, 1)]
+        cin = width
+    mods += [GlobalAvgPool(), nn.Linear(512, classes)]
+    return nn.Sequential(*mods)
+
+
+MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18}
+
+
+def to_input(images_u8_nhwc):
+    """uint8 [N, 32, 32, 3] RGB -> float NCHW in [-1, 1], the trainer's normalisation."""
+    x = torch.as_tensor(images_u8_nhwc).permute(0, 3, 1, 2).float() / 255.0
+    return (x - 0.5) / 0.5

@@ -1,0 +1,330 @@
+// predict: classifies images with trained weights (an exported safetensors file, a PyTorch
+// state_dict of the matching model, or a trainer checkpoint) in FP32, FP16 or BF16 inference,
+// printing the top-k classes per image. `predict --help` lists the options.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "data/cifar.h"
+#include "engine/amp.h"
+#include "engine/checkpoint.h"
+#include "engine/device.h"
+#include "models/models.h"
+#include "models/pytorch_weights.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using engine::DType;
+using engine::Tensor;
+
+const char* kUsage = R"(usage: predict --weights FILE [options] IMAGE|DIR [IMAGE|DIR ...]
+
+Classifies 32x32 PNG or JPEG images with a trained model and prints the top classes with
+their probabilities (softmax in FP32). Directories are searched recursively for .png, .jpg
+and .jpeg files. When an image sits in a folder named after a class (test/cat/0001.png), the
+accuracy over those images is printed at the end.
+
+  --weights FILE          model.safetensors from `trainer --export` (or a PyTorch state_dict
+                          of bench/pytorch_models.py's model), or a trainer checkpoint
+  --model NAME            simplecnn | resnet9 | resnet18  [the file's own; else simplecnn]
+  --precision P           fp32 | fp16 | bf16: the inference dtype            [fp32]
+  --device D              auto | cpu | cuda | cuda:N                         [auto]
+  --top-k K               classes shown per image                            [3]
+  --resize                scale other sizes to 32x32 with bilinear filtering (half-pixel
+                          centres, no antialiasing: shrinking by more than 2x aliases)
+                          [off: images that are not 32x32 are refused]
+  --batch-size N          images per forward pass                            [256]
+  --json                  one JSON object per image (top-k, probabilities, logits)
+  --threads N             CPU threads                                        [all cores]
+  --help                  this text
+
+Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "predict: %s\nTry 'predict --help' for the options.\n", msg.c_str());
+  std::exit(2);
+}
+
+struct Options {
+  std::string weights, model, precision = "fp32", device = "auto";
+  int64_t top_k = 3, batch_size = 256;
+  bool resize = false, json = false;
+  int threads = 0;
+  std::vector<std::string> inputs;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < lo) usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const bool is_flag = arg.rfind("--", 0) == 0;
+    const size_t eq = arg.find('=');
+    const bool inline_value = is_flag && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--resize" || arg == "--json") {
+      if (inline_value) usage_error(arg + " takes no value");
+      (arg == "--resize" ? o.resize : o.json) = true;
+    } else if (arg == "--weights") {
+      o.weights = next();
+    } else if (arg == "--model") {
+      o.model = next();
+      const auto& names = models::model_names();
+      if (std::find(names.begin(), names.end(), o.model) == names.end())
+        usage_error("--model must be one of simplecnn, resnet9, resnet18, got '" + o.model + "'");
+    } else if (arg == "--precision") {
+      o.precision = next();
+      if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
+        usage_error("--precision must be one of fp32, fp16, bf16, got '" + o.precision + "'");
+    } else if (arg == "--device") {
+      o.device = next();
+    } else if (arg == "--top-k") {
+      o.top_k = parse_int(arg, next(), 1);
+    } else if (arg == "--batch-size") {
+      o.batch_size = parse_int(arg, next(), 1);
+    } else if (arg == "--threads") {
+      o.threads = static_cast<int>(parse_int(arg, next(), 1));
+    } else if (is_flag || arg == "-") {
+      usage_error("unknown option '" + arg + "'");
+    } else {
+      o.inputs.push_back(arg);
+    }
+  }
+  if (o.weights.empty()) usage_error("--weights FILE is required");
+  if (o.inputs.empty()) usage_error("give at least one image or folder");
+  return o;
+}
+
+bool is_image_name(const fs::path& p) {
+  std::string ext = p.extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+// Files as given; folders expanded recursively to their images, sorted by path.
+std::vector<std::string> collect_images(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(in, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec))
+        if (it->is_regular_file(ec) && is_image_name(it->path())) found.push_back(it->path().string());
+      ENGINE_CHECK(!ec, "cannot list folder '" << in << "': " << ec.message());
+      ENGINE_CHECK(!found.empty(), "folder '" << in << "' holds no .png, .jpg or .jpeg images");
+      std::sort(found.begin(), found.end());
+      out.insert(out.end(), found.begin(), found.end());
+    } else {
+      ENGINE_CHECK(fs::exists(in, ec), "no such image or folder: '" << in << "'");
+      out.push_back(in);
+    }
+  }
+  return out;
+}
+
+struct Loaded {
+  std::shared_ptr<engine::Module> model;
+  std::string model_name;
+  std::vector<std::string> classes;
+};
+
+bool is_checkpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[8] = {};
+  f.read(magic, sizeof magic);
+  return f.gcount() == 8 && std::memcmp(magic, "MPCNNCKP", 8) == 0;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
+// Builds the model in the inference dtype on the device, then loads the weights.
+Loaded load(const Options& o, DType dtype, engine::Device device) {
+  Loaded l;
+  std::map<std::string, std::string> meta;
+  engine::StateDict ck;
+  engine::SafetensorsFile st;
+  const bool checkpoint = is_checkpoint(o.weights);
+  if (checkpoint) {
+    ck = engine::load_checkpoint(o.weights);
+    meta = ck.meta;
+  } else {
+    st = engine::load_safetensors(o.weights);
+    meta = st.metadata;
+  }
+  const std::string file_model = meta.count("model") ? meta.at("model") : "";
+  ENGINE_CHECK(o.model.empty() || file_model.empty() || o.model == file_model,
+               o.weights << " holds a " << file_model << ", not a " << o.model);
+  l.model_name = !o.model.empty() ? o.model : !file_model.empty() ? file_model : "simplecnn";
+  l.classes = meta.count("classes") && !meta.at("classes").empty() ? split_commas(meta.at("classes"))
+                                                                   : data::cifar10_class_names();
+  l.model = models::make_model(l.model_name, static_cast<int>(l.classes.size()));
+  l.model->set_compute_dtype(dtype);
+  l.model->to(device);
+  if (checkpoint)
+    l.model->load_state(ck);
+  else
+    models::load_pytorch_state_dict(*l.model, l.model_name, st, o.weights);
+  l.model->eval();
+  return l;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+int run(const Options& o) {
+#ifdef _OPENMP
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+  const engine::Device device = engine::parse_device(o.device);
+  const DType dtype = o.precision == "fp32" ? DType::F32 : o.precision == "fp16" ? DType::F16 : DType::BF16;
+  const std::vector<std::string> files = collect_images(o.inputs);
+  const Loaded l = load(o, dtype, device);
+  const int64_t k = static_cast<int64_t>(l.classes.size()), top = std::min(o.top_k, k);
+  if (!o.json)
+    std::printf("%s from %s, %s inference on %s, %zu images\n", l.model_name.c_str(), o.weights.c_str(),
+                o.precision.c_str(), device.str().c_str(), files.size());
+
+  engine::NoGradScope no_grad;
+  engine::AutocastScope autocast(dtype);
+  const kernels::AugmentConfig norm;  // the trainer's normalisation, no augmentation
+  int64_t labelled = 0, correct = 0;
+  const int64_t n = static_cast<int64_t>(files.size());
+  for (int64_t begin = 0; begin < n; begin += o.batch_size) {
+    const int64_t b = std::min(o.batch_size, n - begin);
+    Tensor images = Tensor::empty({b, 32, 32, 3}, DType::U8);
+    for (int64_t i = 0; i < b; ++i) {
+      const std::string& path = files[begin + i];
+      const data::Image img = data::read_image(path);
+      uint8_t* dst = images.data<uint8_t>() + i * data::Dataset::kImageBytes;
+      if (img.width == 32 && img.height == 32) {
+        std::memcpy(dst, img.rgb.data(), data::Dataset::kImageBytes);
+      } else {
+        ENGINE_CHECK(o.resize, "image '" << path << "' is " << img.width << "x" << img.height
+                                         << "; the models take 32x32 (--resize scales it, bilinear)");
+        const std::vector<uint8_t> small = data::resize_bilinear(img, 32, 32);
+        std::memcpy(dst, small.data(), small.size());
+      }
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) idx[i] = static_cast<int32_t>(i);
+    Tensor indices = Tensor::from_ints(idx, {b}), labels = Tensor::from_ints(std::vector<int32_t>(b, 0), {b});
+    if (device.is_cuda()) {
+      images = images.to(device);
+      indices = indices.to(device);
+      labels = labels.to(device);
+    }
+    Tensor x = Tensor::empty({b, 32, 32, 3}, dtype, device), y = Tensor::empty({b}, DType::I32, device);
+    engine::make_batch(images, labels, indices, false, norm, 0, 0, x, y);
+    const std::vector<double> z = (*l.model)(x).to_vector();
+    for (int64_t i = 0; i < b; ++i) {
+      const double* zi = z.data() + i * k;
+      // Softmax in double on the host, shifted by the maximum.
+      const double zmax = *std::max_element(zi, zi + k);
+      std::vector<double> p(static_cast<size_t>(k));
+      double total = 0;
+      for (int64_t j = 0; j < k; ++j) total += p[j] = std::exp(zi[j] - zmax);
+      std::vector<int64_t> order(static_cast<size_t>(k));
+      for (int64_t j = 0; j < k; ++j) order[j] = j;
+      // Ties keep the lower class first, as the trainer's accuracy count does.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return zi[a] > zi[c]; });
+      const std::string& path = files[begin + i];
+      const std::string folder = fs::path(path).parent_path().filename().string();
+      const auto label = std::find(l.classes.begin(), l.classes.end(), folder);
+      if (label != l.classes.end()) {
+        ++labelled;
+        correct += order[0] == label - l.classes.begin();
+      }
+      if (o.json) {
+        std::string line = "{\"image\":" + json_string(path) + ",\"top\":[";
+        char buf[64];
+        for (int64_t t = 0; t < top; ++t) {
+          std::snprintf(buf, sizeof buf, "%.9g", p[order[t]] / total);
+          line += std::string(t ? "," : "") + "{\"class\":" + json_string(l.classes[order[t]]) + ",\"p\":" + buf + "}";
+        }
+        line += "],\"logits\":[";
+        for (int64_t j = 0; j < k; ++j) {
+          std::snprintf(buf, sizeof buf, "%.9g", zi[j]);
+          line += std::string(j ? "," : "") + buf;
+        }
+        std::printf("%s]}\n", line.c_str());
+      } else {
+        std::printf("%s:", path.c_str());
+        for (int64_t t = 0; t < top; ++t)
+          std::printf("%s %s %.1f%%", t ? "," : "", l.classes[order[t]].c_str(), 100.0 * p[order[t]] / total);
+        std::printf("\n");
+      }
+    }
+  }
+  if (labelled > 0 && !o.json)
+    std::printf("accuracy %.2f%% (%lld of %lld images in a folder named after their class)\n",
+                100.0 * static_cast<double>(correct) / static_cast<double>(labelled), static_cast<long long>(correct),
+                static_cast<long long>(labelled));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_args(argc, argv);
+  try {
+    return run(o);
+  } catch (const engine::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
