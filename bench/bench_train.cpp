@@ -2,10 +2,14 @@
 // step (forward, FP32 loss, scaled backward, fused optimizer step) on a device-resident
 // batch, time per CIFAR-10 epoch (50,000 images) at that rate, peak memory by kind, and model
 // FLOP/s as a fraction of the measured GEMM peak of the same dtype on the same device.
-// Ratios (FP16/BF16 vs FP32) are measured side by side in one run.
-//   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--json FILE]
+// Ratios (FP16/BF16 vs FP32) are measured side by side in one run. --inference measures
+// evaluation instead (forward only, eval mode): images/s and peak memory per dtype, and for
+// models with batch-norm the same with BN folded into the convolutions, with how far the
+// folded logits move (max |difference|, share of equal top-1) on the benchmark batch.
+//   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -125,6 +129,110 @@ Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine
   return r;
 }
 
+struct InferenceResult {
+  std::string model, precision;
+  bool folded = false;
+  int folded_pairs = 0;
+  int64_t batch = 0;
+  double images_per_s = 0, ms = 0, max_logit_change = 0, top1_agreement = 1;
+  engine::MemoryStats mem;
+  std::vector<double> logits;
+};
+
+// Evaluation forward passes on one device-resident batch; fold: BN folded into the convs first.
+InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device,
+                                bool fold) {
+  engine::manual_seed(1);
+  auto model = models::make_model(name);
+  model->set_compute_dtype(dt);
+  model->to(device);
+  model->eval();
+  InferenceResult r;
+  r.model = name;
+  r.precision = engine::dtype_name(dt);
+  r.batch = batch;
+  r.folded = fold;
+  if (fold) r.folded_pairs = engine::fold_batch_norm(*model, dt);
+  model->drop_masters_for_inference();  // as predict does: only the weights inference reads
+  engine::manual_seed(2);
+  const Tensor x = engine::cast(engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32), dt).to(device);
+  engine::NoGradScope no_grad;
+  engine::AutocastScope autocast(dt);
+  auto& alloc = engine::allocator_for(device);
+  r.logits = (*model)(x).to_vector();  // warm-up (algorithm choices, caches), and the logits
+  alloc.reset_peak();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor z = (*model)(x);
+    if (device.is_cuda()) (void)z.slice0(0, 1).to_vector();  // wait for the device
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  r.ms = median * 1e3;
+  r.images_per_s = static_cast<double>(batch) / median;
+  r.mem = alloc.stats();
+  return r;
+}
+
+int run_inference(const std::vector<std::string>& model_names, int64_t batch, int steps, bool quick,
+                  engine::Device device) {
+  std::printf("Inference (eval mode, forward only); 'fold': batch-norm folded into the convolutions\n");
+  std::printf("%-10s %-5s %-4s %6s %10s %9s %10s %10s %10s %14s %8s\n", "model", "prec", "fold", "batch", "img/s", "ms",
+              "peak MiB", "weights", "activ.", "max |dlogit|", "same top1");
+  auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
+  std::vector<InferenceResult> fp32_unfolded;
+  std::vector<std::string> ratios;
+  for (const std::string& m : model_names) {
+    const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
+    const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 50);
+    std::map<std::pair<DType, bool>, InferenceResult> by;
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (bool fold : {false, true}) {
+        InferenceResult r = bench_inference(m, dt, b, s, device, fold);
+        if (fold && r.folded_pairs == 0) break;  // nothing to fold in this model
+        if (fold) {  // against the unfolded run of the same dtype, same weights and batch
+          const auto& ref = by.at({dt, false}).logits;
+          const int64_t k = static_cast<int64_t>(ref.size()) / b;
+          int64_t same = 0;
+          for (int64_t i = 0; i < b; ++i) {
+            auto top = [&](const std::vector<double>& z) {
+              return std::max_element(z.begin() + i * k, z.begin() + (i + 1) * k) - (z.begin() + i * k);
+            };
+            same += top(ref) == top(r.logits);
+          }
+          for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
+          r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
+        }
+        const auto& at = r.mem.at_total_peak;
+        std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f", r.model.c_str(), r.precision.c_str(),
+                    fold ? "yes" : "no", static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak),
+                    mb(at[static_cast<int>(engine::MemKind::Weights)]),
+                    mb(at[static_cast<int>(engine::MemKind::Activations)]));
+        if (fold) std::printf(" %14.3g %7.1f%%", r.max_logit_change, 100 * r.top1_agreement);
+        std::printf("\n");
+        std::fflush(stdout);
+        by[{dt, fold}] = std::move(r);
+      }
+    char line[256];
+    const auto &f32 = by.at({DType::F32, false}), &f16 = by.at({DType::F16, false});
+    std::snprintf(line, sizeof line, "  %-10s fp16 vs fp32: %.2fx speed, %.2fx peak memory", m.c_str(),
+                  f16.images_per_s / f32.images_per_s, double(f16.mem.total_peak) / double(f32.mem.total_peak));
+    std::string l = line;
+    if (by.count({DType::F16, true})) {
+      const auto& f16f = by.at({DType::F16, true});
+      std::snprintf(line, sizeof line, "; fp16 folded vs fp32: %.2fx speed, %.2fx peak memory",
+                    f16f.images_per_s / f32.images_per_s, double(f16f.mem.total_peak) / double(f32.mem.total_peak));
+      l += line;
+    }
+    ratios.push_back(l);
+  }
+  std::puts("\nMeasured side by side in this run:");
+  for (const auto& l : ratios) std::puts(l.c_str());
+  return 0;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -138,7 +246,7 @@ int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
   int steps = 0;
-  bool quick = false;
+  bool quick = false, inference = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -154,13 +262,15 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(next().c_str());
     else if (a == "--json") json = next();
     else if (a == "--quick") quick = true;
+    else if (a == "--inference") inference = true;
     else {
-      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--json FILE]\n");
+      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n");
       return 2;
     }
   }
   try {
     const engine::Device device = engine::parse_device(device_spec);
+    if (inference) return run_inference(split(model_list), batch, steps, quick, device);
     // The yardstick for model FLOP/s: the GEMM peak per dtype (the CPU widens 16-bit
     // operands to FP32, so its FP32 peak serves all three).
     std::map<DType, double> peak;

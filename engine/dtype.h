@@ -45,6 +45,17 @@ inline bool is_floating(DType t) {
   return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
 }
 
+// The largest finite value of a floating dtype (FP16 65504; BF16 shares FP32's exponent).
+inline double dtype_max_finite(DType t) {
+  switch (t) {
+    case DType::F16: return kernels::kHalfMax;
+    case DType::BF16: return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127
+    case DType::F32: return 3.4028234663852886e38;   // (2 - 2^-23) * 2^127
+    case DType::F64: return 1.7976931348623157e308;
+    default: ENGINE_FAIL("dtype_max_finite: " << dtype_name(t) << " is not floating");
+  }
+}
+
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };

@@ -83,6 +83,13 @@ void Module::refresh_compute_copies() {
     if (!p->value.same_storage(p->master)) p->value.copy_from(cast(p->master, p->value.dtype()));
 }
 
+void Module::drop_masters_for_inference() {
+  for (auto& p : parameters()) {
+    p->value.set_requires_grad(false);
+    p->master = p->value;
+  }
+}
+
 void Module::save_state(StateDict& out) const {
   for (const auto& [name, p] : named_parameters()) out.put("param/" + name, p->master);
   save_extra("", out);
@@ -226,6 +233,51 @@ std::string Dropout::describe() const {
 Sequential& Sequential::add(std::shared_ptr<Module> m) {
   add_module(std::to_string(children_.size()), std::move(m));
   return *this;
+}
+
+int Sequential::fold_batch_norm(DType compute) {
+  int folded = 0;
+  for (size_t i = 0; i + 1 < children_.size(); ++i) {
+    auto* conv = dynamic_cast<Conv2d*>(children_[i].second.get());
+    auto* bn = dynamic_cast<BatchNorm2d*>(children_[i + 1].second.get());
+    if (!conv || !bn) continue;
+    const std::vector<double> w = conv->weight->master.to_vector(), gamma = bn->gamma->master.to_vector(),
+                              beta = bn->beta->master.to_vector(), mean = bn->running_mean.to_vector(),
+                              var = bn->running_var.to_vector();
+    const std::vector<double> b = conv->bias ? conv->bias->master.to_vector() : std::vector<double>(gamma.size(), 0.0);
+    const Shape& ws = conv->weight->master.shape();  // [out, k, k, in]
+    const int64_t out = ws[0], per_out = shape_numel(ws) / out;
+    std::vector<double> wf(w.size()), bf(static_cast<size_t>(out));
+    double wmax = 0;
+    for (int64_t o = 0; o < out; ++o) {
+      const double scale = gamma[o] / std::sqrt(var[o] + bn->eps);
+      for (int64_t j = 0; j < per_out; ++j) wmax = std::max(wmax, std::fabs(wf[o * per_out + j] = w[o * per_out + j] * scale));
+      bf[o] = (b[o] - mean[o]) * scale + beta[o];
+    }
+    for (double v : bf) wmax = std::max(wmax, std::fabs(v));
+    if (!(wmax <= 0.5 * dtype_max_finite(compute))) continue;  // would overflow the compute dtype (or NaN)
+    auto fused = std::make_shared<Conv2d>(ws[3], out, ws[1], conv->stride, conv->pad, true);
+    fused->weight->master.copy_from(Tensor::from_vector(wf, ws, DType::F32));
+    fused->bias->master.copy_from(Tensor::from_vector(bf, {out}, DType::F32));
+    fused->set_compute_dtype(conv->weight->value.dtype());
+    fused->to(conv->weight->master.device());
+    fused->train(training_);
+    children_[i].second = fused;
+    children_[i + 1].second = std::make_shared<Identity>();
+    ++folded;
+  }
+  for (auto& [name, c] : children_)
+    if (auto* seq = dynamic_cast<Sequential*>(c.get())) folded += seq->fold_batch_norm(compute);
+    else folded += engine::fold_batch_norm(*c, compute);
+  return folded;
+}
+
+int fold_batch_norm(Module& root, DType compute) {
+  if (auto* seq = dynamic_cast<Sequential*>(&root)) return seq->fold_batch_norm(compute);
+  int folded = 0;
+  for (const auto& [path, m] : root.named_modules())
+    if (m != &root && path.find('.') == std::string::npos) folded += fold_batch_norm(*m, compute);
+  return folded;
 }
 
 Tensor Sequential::forward(const Tensor& x) {

@@ -47,6 +47,9 @@ class Module {
   void zero_grad();
   // Rewrites every compute copy from its master (after loading masters).
   void refresh_compute_copies();
+  // Inference only: each parameter keeps its compute copy as its one copy and the FP32 master
+  // is freed, so FP16/BF16 weights take half the bytes. Nothing can train it afterwards.
+  void drop_masters_for_inference();
   // Moves parameters and buffers to a device.
   virtual void to(Device d);
 
@@ -66,6 +69,10 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };
+
+class Sequential;
+// fold_batch_norm on every Sequential in the tree (see Sequential::fold_batch_norm).
+int fold_batch_norm(Module& root, DType compute);
 
 // PyTorch's default initialisation for both: weights and biases uniform in +-1/sqrt(fan_in).
 class Conv2d : public Module {
@@ -145,10 +152,23 @@ class Dropout : public Module {
   uint64_t calls = 0;
 };
 
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string describe() const override { return "Identity"; }
+};
+
 class Sequential : public Module {
  public:
   Sequential() = default;
   Sequential& add(std::shared_ptr<Module> m);
+  // Inference: each Conv2d directly followed by an eval-mode BatchNorm2d becomes one Conv2d
+  // with weight w * s and bias (b - mean) * s + beta, s = gamma / sqrt(var + eps), computed in
+  // FP64 and rounded once; the batch-norm becomes an Identity. A pair whose folded weights
+  // would not fit `compute` (beyond half its largest finite value) stays unfolded. Recurses
+  // into nested modules; returns the number of pairs folded. The model keeps working in
+  // training mode only after reloading its weights.
+  int fold_batch_norm(DType compute);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
   size_t size() const { return children_.size(); }

@@ -46,6 +46,8 @@ accuracy over those images is printed at the end.
                           centres, no antialiasing: shrinking by more than 2x aliases)
                           [off: images that are not 32x32 are refused]
   --batch-size N          images per forward pass                            [256]
+  --fold-bn               fold each batch-norm into the convolution before it (inference
+                          only; bench_train --inference measures what it changes) [off]
   --json                  one JSON object per image (top-k, probabilities, logits)
   --threads N             CPU threads                                        [all cores]
   --help                  this text
@@ -61,7 +63,7 @@ Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
 struct Options {
   std::string weights, model, precision = "fp32", device = "auto";
   int64_t top_k = 3, batch_size = 256;
-  bool resize = false, json = false;
+  bool resize = false, json = false, fold_bn = false;
   int threads = 0;
   std::vector<std::string> inputs;
 };
@@ -92,9 +94,9 @@ Options parse_args(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (arg == "--resize" || arg == "--json") {
+    } else if (arg == "--resize" || arg == "--json" || arg == "--fold-bn") {
       if (inline_value) usage_error(arg + " takes no value");
-      (arg == "--resize" ? o.resize : o.json) = true;
+      (arg == "--resize" ? o.resize : arg == "--json" ? o.json : o.fold_bn) = true;
     } else if (arg == "--weights") {
       o.weights = next();
     } else if (arg == "--model") {
@@ -157,6 +159,7 @@ struct Loaded {
   std::shared_ptr<engine::Module> model;
   std::string model_name;
   std::vector<std::string> classes;
+  int folded = 0;
 };
 
 bool is_checkpoint(const std::string& path) {
@@ -202,6 +205,8 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
   else
     models::load_pytorch_state_dict(*l.model, l.model_name, st, o.weights);
   l.model->eval();
+  if (o.fold_bn) l.folded = engine::fold_batch_norm(*l.model, dtype);
+  l.model->drop_masters_for_inference();  // FP16/BF16: half the weight bytes
   return l;
 }
 
@@ -230,8 +235,9 @@ int run(const Options& o) {
   const Loaded l = load(o, dtype, device);
   const int64_t k = static_cast<int64_t>(l.classes.size()), top = std::min(o.top_k, k);
   if (!o.json)
-    std::printf("%s from %s, %s inference on %s, %zu images\n", l.model_name.c_str(), o.weights.c_str(),
-                o.precision.c_str(), device.str().c_str(), files.size());
+    std::printf("%s from %s, %s inference on %s, %zu images%s\n", l.model_name.c_str(), o.weights.c_str(),
+                o.precision.c_str(), device.str().c_str(), files.size(),
+                o.fold_bn ? (", " + std::to_string(l.folded) + " batch-norms folded").c_str() : "");
 
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);

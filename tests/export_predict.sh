@@ -78,6 +78,8 @@ for m in resnet9 resnet18; do
   run_check "safetensors names for $m" python3 "$check" check-names $m.safetensors $m
   run_check "PyTorch $m gives our logits" "$torch_python" "$check" check-torch $m.safetensors $m $m.jsonl
 done
+n=$(predict --weights resnet9.safetensors --fold-bn data/test/cat | sed -nE 's/.*, ([0-9]+) batch-norms folded$/\1/p')
+[ "$n" = 8 ] && pass "predict --fold-bn folds resnet9's 8 batch-norms" || fail "predict --fold-bn: '$n' folded"
 
 # --resize: a 2x enlargement halves back to the original pixels, so the logits are the same.
 predict --weights model.safetensors --json data/small.png | sed 's/"image":"[^"]*"//' >small.json
