@@ -12,8 +12,12 @@ command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
   echo "Installing Python packages: safetensors numpy"
   python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||
-    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy ||
-    { echo "error: cannot install the Python packages safetensors and numpy (pip install safetensors numpy)" >&2; exit 1; }
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages safetensors numpy || {
+      # CI runs as root and must have them; elsewhere the export checks say they skipped.
+      echo "warning: cannot install the Python packages safetensors and numpy (pip install safetensors numpy);" \
+           "the export test's Python checks will report skipped" >&2
+      [ "$(id -u)" = 0 ] && exit 1
+    }
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -139,6 +139,21 @@ struct InferenceResult {
   std::vector<double> logits;
 };
 
+// Batch-norms as training leaves them rather than fresh (gamma 1, beta 0, mean 0, var 1, which
+// would make folding nearly an identity): seeded draws, gamma in [0.5, 1.5], beta and the mean
+// in +-0.5, the variance in [0.05, 2].
+void trained_like_batch_norms(engine::Module& model) {
+  for (const auto& [path, m] : model.named_modules())
+    if (auto* bn = dynamic_cast<engine::BatchNorm2d*>(m)) {
+      const engine::Shape c = bn->running_mean.shape();
+      Tensor(bn->gamma->master).copy_from(engine::uniform(c, 0.5, 1.5, DType::F32));
+      Tensor(bn->beta->master).copy_from(engine::uniform(c, -0.5, 0.5, DType::F32));
+      bn->running_mean.copy_from(engine::uniform(c, -0.5, 0.5, DType::F32));
+      bn->running_var.copy_from(engine::uniform(c, 0.05, 2.0, DType::F32));
+    }
+  model.refresh_compute_copies();
+}
+
 // Evaluation forward passes on one device-resident batch; fold: BN folded into the convs first.
 InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device,
                                 bool fold) {
@@ -146,6 +161,7 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
   auto model = models::make_model(name);
   model->set_compute_dtype(dt);
   model->to(device);
+  trained_like_batch_norms(*model);
   model->eval();
   InferenceResult r;
   r.model = name;
@@ -270,6 +286,10 @@ int main(int argc, char** argv) {
   }
   try {
     const engine::Device device = engine::parse_device(device_spec);
+    if (inference && !json.empty()) {
+      std::fprintf(stderr, "bench_train: --json is not written for --inference (the table is the output)\n");
+      return 2;
+    }
     if (inference) return run_inference(split(model_list), batch, steps, quick, device);
     // The yardstick for model FLOP/s: the GEMM peak per dtype (the CPU widens 16-bit
     // operands to FP32, so its FP32 peak serves all three).

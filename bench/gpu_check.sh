@@ -21,6 +21,9 @@
 #   compile      PyTorch torch.compile AMP (the first compile alone takes minutes)           300
 #   resnet       resnet9, ours fp32/fp16 vs PyTorch eager AMP, 4 epochs                      300
 #   racecheck    compute-sanitizer racecheck on our shared-memory [sanitize] kernels          120
+#   export       train 1 epoch, export safetensors, predict --device cuda over the test set     150
+#                (= the trainer's GPU accuracy), PyTorch (CUDA) on the exported file with the
+#                per-image agreement, tests/export_predict.sh with PyTorch as its reference
 #
 # Budget: GPU_CHECK_BUDGET seconds in all (default 460, build included). A section gets its cap
 # or what is left of the budget, whichever is less. One that cannot start in time, or that is
@@ -73,6 +76,7 @@ EXTRA_SECTIONS=(
   "compile|300|pytorch_reference.py --compile AMP, $EPOCHS epochs, then compare.py"
   "resnet|300|resnet9 4 epochs: trainer fp32/fp16 and PyTorch eager AMP"
   "racecheck|120|compute-sanitizer --tool racecheck engine_cuda_tests [sanitize]~cuBLASLt*"
+  "export|150|trainer 1 epoch + --export; predict --device cuda; pytorch_eval.py; export_predict.sh"
 )
 
 # ---- --prepare (development machine) ---------------------------------------------------------
@@ -317,7 +321,7 @@ section_configure() {
 }
 
 section_build() {
-  local targets=(engine_cuda_tests trainer bench_kernels bench_train)
+  local targets=(engine_cuda_tests trainer predict bench_kernels bench_train)
   say "build ($(nproc) jobs): ${targets[*]}"
   local t0 rc=0; t0=$(date +%s)
   run_capped "$(cap_of build)" cmake --build "$BUILD" --parallel "$(nproc)" --target "${targets[@]}" \
@@ -555,6 +559,54 @@ section_resnet() {
   cat "$LOGDIR/compare_resnet9.md" 2>/dev/null
   if [ "$bad" = 0 ]; then record resnet ok "${#files[@]} runs, table in compare_resnet9.md"
   else record resnet FAILED "a run failed or ran out of time (see resnet9_*.log, pytorch_resnet9.log)"; fi
+}
+
+# Train briefly on the GPU, export, and check what users do with the file: predict on the GPU
+# must give the trainer's GPU test accuracy, PyTorch must load it and agree image by image.
+section_export() {
+  say "export: trainer 1 epoch, --export, predict --device cuda, PyTorch on the file"
+  ensure_data
+  local d="$LOGDIR/export" rc=0 cap test_dir
+  cap=$(cap_of export)
+  mkdir -p "$d"
+  test_dir=$(find "$BUILD/cifar10" -maxdepth 2 -type d -name test 2>/dev/null | head -1)
+  if [ "$DATA_WHERE" = "synthetic data" ] || [ -z "$test_dir" ]; then
+    record export skipped "no CIFAR-10 test folder (carry .gpu_deps with the archive)"; return 0
+  fi
+  run_capped $((cap / 3)) "$BUILD/trainer" --device cuda --epochs 1 "${DATA_ARGS[@]}" --checkpoint "$d/ck.bin" \
+      > "$d/train.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then record export "$(verdict_for "$rc")" "training: rc $rc (export/train.log)"; return 0; fi
+  local eval32 gpu_acc cpu_acc torch_line="PyTorch: not importable" torch_ok=1 ep_rc=0 step=15
+  eval32=$(run_capped $step "$BUILD/trainer" --device cuda --resume "$d/ck.bin" --eval-only "${DATA_ARGS[@]}" \
+    2>>"$d/errors.log" | sed -nE 's/.*FP32 inference ([0-9.]+)%.*/\1/p')
+  run_capped $step "$BUILD/trainer" --resume "$d/ck.bin" --export "$d/model.safetensors" > /dev/null 2>>"$d/errors.log"
+  gpu_acc=$(run_capped $step "$BUILD/predict" --device cuda --weights "$d/model.safetensors" "$test_dir" \
+    2>>"$d/errors.log" | sed -nE 's/^accuracy ([0-9.]+)%.*/\1/p')
+  cpu_acc=$(run_capped $step "$BUILD/predict" --device cpu --weights "$d/model.safetensors" "$test_dir" \
+    2>>"$d/errors.log" | sed -nE 's/^accuracy ([0-9.]+)%.*/\1/p')
+  run_capped $step "$BUILD/predict" --device cuda --weights "$d/model.safetensors" --json "$test_dir" \
+    > "$d/pred_cuda.jsonl" 2>>"$d/errors.log"
+  local u8; u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
+  if python3 -c "import torch" > /dev/null 2>&1 && [ -n "$u8" ]; then
+    torch_line=$(run_capped 30 python3 "$ROOT/bench/pytorch_eval.py" --device cuda --weights "$d/model.safetensors" \
+      --engine-cache "$u8" --predictions "$d/pred_cuda.jsonl" 2>&1 | tr '\n' ' ')
+    # PyTorch (FP32, no TF32) must reach our accuracy to within 5 images of 10,000: rounding
+    # differences can flip only near-ties.
+    python3 - "$torch_line" <<'PY' || torch_ok=0
+import re, sys
+m = re.findall(r"\((\d+) of (\d+)\)|(\d+) of (\d+) correct", sys.argv[1])
+nums = [int(x) for t in m for x in t if x]
+sys.exit(0 if len(nums) == 4 and abs(nums[0] - nums[2]) <= 5 else 1)
+PY
+  fi
+  echo "$torch_line"
+  TORCH_PYTHON=python3 run_capped $((cap / 2)) bash "$ROOT/tests/export_predict.sh" "$BUILD" "$d/export_predict" \
+      > "$d/export_predict.log" 2>&1 || ep_rc=$?
+  tail -3 "$d/export_predict.log"
+  local detail="trainer GPU FP32 ${eval32:-?}%, predict cuda ${gpu_acc:-?}%, cpu ${cpu_acc:-?}%; $torch_line; export_predict.sh rc $ep_rc"
+  if [ -n "$gpu_acc" ] && [ "$gpu_acc" = "$eval32" ] && [ "$ep_rc" = 0 ] && [ "$torch_ok" = 1 ]; then record export ok "$detail"
+  elif [ "$ep_rc" != 0 ] && [ "$(verdict_for "$ep_rc")" = not-run ]; then record export not-run "$detail"
+  else record export FAILED "$detail"; fi
 }
 
 # ---- run the plan ------------------------------------------------------------------------------

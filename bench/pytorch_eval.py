@@ -59,6 +59,9 @@ def main(argv=None):
     except (InputError, OSError, RuntimeError, KeyError, ValueError) as e:
         sys.exit(f"error: {e}")
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.precision]
+    # FP32 means FP32: no TF32 Tensor Core rounding of convolution and matmul inputs on the GPU.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     tops = []
     with torch.no_grad(), torch.autocast(a.device.split(":")[0], dtype=dtype, enabled=dtype is not None):
         for b in range(0, len(splits.test_y), a.batch_size):

@@ -142,6 +142,34 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t
   if (with_bias) bias = add_parameter("bias", fan_in_uniform({out}, fan_in));
 }
 
+bool Conv2d::fold_affine(const std::vector<double>& scale, const std::vector<double>& shift, DType compute) {
+  const Shape& ws = weight->master.shape();  // [out, k, k, in]
+  const int64_t out = ws[0], per_out = shape_numel(ws) / out;
+  ENGINE_CHECK(static_cast<int64_t>(scale.size()) == out && static_cast<int64_t>(shift.size()) == out,
+               "Conv2d::fold_affine: " << scale.size() << " scales for " << out << " output channels");
+  std::vector<double> w = weight->master.to_vector();
+  std::vector<double> b = bias ? bias->master.to_vector() : std::vector<double>(static_cast<size_t>(out), 0.0);
+  double largest = 0;
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t j = 0; j < per_out; ++j) largest = std::max(largest, std::fabs(w[o * per_out + j] *= scale[o]));
+    largest = std::max(largest, std::fabs(b[o] = b[o] * scale[o] + shift[o]));
+  }
+  if (!(largest <= 0.5 * dtype_max_finite(compute))) return false;  // would overflow (or NaN): unchanged
+  NoGradScope no_grad;
+  weight->master.copy_from(Tensor::from_vector(w, ws, weight->master.dtype()));  // one rounding
+  if (!bias) {  // a bias laid out as the weight is: same device, same kind of compute copy
+    bias = add_parameter("bias", Tensor::zeros({out}, weight->master.dtype(), weight->master.device()));
+    bias->master.set_requires_grad(weight->master.requires_grad());
+    if (!weight->value.same_storage(weight->master)) {
+      bias->value = Tensor::empty({out}, weight->value.dtype(), weight->value.device(), MemKind::Weights);
+      bias->value.set_requires_grad(weight->value.requires_grad());
+    }
+  }
+  bias->master.copy_from(Tensor::from_vector(b, {out}, bias->master.dtype()));
+  refresh_compute_copies();
+  return true;
+}
+
 Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight->value, bias ? bias->value : Tensor(), stride, pad);
 }
@@ -236,33 +264,20 @@ Sequential& Sequential::add(std::shared_ptr<Module> m) {
 }
 
 int Sequential::fold_batch_norm(DType compute) {
+  ENGINE_CHECK(!training_, "fold_batch_norm is for inference: call eval() first (training mode uses batch statistics)");
   int folded = 0;
   for (size_t i = 0; i + 1 < children_.size(); ++i) {
     auto* conv = dynamic_cast<Conv2d*>(children_[i].second.get());
     auto* bn = dynamic_cast<BatchNorm2d*>(children_[i + 1].second.get());
-    if (!conv || !bn) continue;
-    const std::vector<double> w = conv->weight->master.to_vector(), gamma = bn->gamma->master.to_vector(),
-                              beta = bn->beta->master.to_vector(), mean = bn->running_mean.to_vector(),
-                              var = bn->running_var.to_vector();
-    const std::vector<double> b = conv->bias ? conv->bias->master.to_vector() : std::vector<double>(gamma.size(), 0.0);
-    const Shape& ws = conv->weight->master.shape();  // [out, k, k, in]
-    const int64_t out = ws[0], per_out = shape_numel(ws) / out;
-    std::vector<double> wf(w.size()), bf(static_cast<size_t>(out));
-    double wmax = 0;
-    for (int64_t o = 0; o < out; ++o) {
-      const double scale = gamma[o] / std::sqrt(var[o] + bn->eps);
-      for (int64_t j = 0; j < per_out; ++j) wmax = std::max(wmax, std::fabs(wf[o * per_out + j] = w[o * per_out + j] * scale));
-      bf[o] = (b[o] - mean[o]) * scale + beta[o];
+    if (!conv || !bn || bn->running_mean.numel() != conv->weight->master.dim(0)) continue;
+    const std::vector<double> gamma = bn->gamma->master.to_vector(), beta = bn->beta->master.to_vector(),
+                              mean = bn->running_mean.to_vector(), var = bn->running_var.to_vector();
+    std::vector<double> scale(gamma.size()), shift(gamma.size());
+    for (size_t o = 0; o < gamma.size(); ++o) {
+      scale[o] = gamma[o] / std::sqrt(var[o] + bn->eps);
+      shift[o] = beta[o] - mean[o] * scale[o];
     }
-    for (double v : bf) wmax = std::max(wmax, std::fabs(v));
-    if (!(wmax <= 0.5 * dtype_max_finite(compute))) continue;  // would overflow the compute dtype (or NaN)
-    auto fused = std::make_shared<Conv2d>(ws[3], out, ws[1], conv->stride, conv->pad, true);
-    fused->weight->master.copy_from(Tensor::from_vector(wf, ws, DType::F32));
-    fused->bias->master.copy_from(Tensor::from_vector(bf, {out}, DType::F32));
-    fused->set_compute_dtype(conv->weight->value.dtype());
-    fused->to(conv->weight->master.device());
-    fused->train(training_);
-    children_[i].second = fused;
+    if (!conv->fold_affine(scale, shift, compute)) continue;
     children_[i + 1].second = std::make_shared<Identity>();
     ++folded;
   }

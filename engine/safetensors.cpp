@@ -16,8 +16,8 @@ namespace engine {
 
 namespace {
 
-// The reference implementation refuses headers above 100 MB; so do we, before reading one.
-constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// The reference implementation refuses headers above 100,000,000 bytes; so do we.
+constexpr uint64_t kMaxHeaderBytes = 100000000;
 
 struct DTypeName {
   DType dtype;
@@ -75,12 +75,12 @@ class JsonParser {
         ++pos_;
         return v;
       }
+      std::set<std::string> keys;
       for (;;) {
         if (peek() != '"') fail("expected a quoted name");
         std::string key = string();
         expect(':');
-        for (const auto& m : v.members)
-          if (m.first == key) fail("repeats the name '" + key + "'");
+        if (!keys.insert(key).second) fail("repeats the name '" + key + "'");
         v.members.emplace_back(std::move(key), value(depth + 1));
         if (peek() == ',') {
           ++pos_;
@@ -114,6 +114,7 @@ class JsonParser {
     }
     if (c >= '0' && c <= '9') {
       v.kind = Json::Kind::Integer;
+      if (c == '0' && pos_ + 1 < s_.size() && s_[pos_ + 1] >= '0' && s_[pos_ + 1] <= '9') fail("has a number with a leading zero");
       uint64_t x = 0;
       while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
         const uint64_t digit = static_cast<uint64_t>(s_[pos_] - '0');
@@ -153,6 +154,7 @@ class JsonParser {
         case 't': out += '\t'; break;
         case 'u': {
           uint32_t cp = hex4();
+          if (cp >= 0xDC00 && cp < 0xE000) fail("has a lone surrogate");
           if (cp >= 0xD800 && cp < 0xDC00) {
             if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u') fail("has a lone surrogate");
             pos_ += 2;
@@ -285,7 +287,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   ENGINE_CHECK(file.size() >= 8, bad << "it is " << file.size() << " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(file[i]);
-  ENGINE_CHECK(header_len <= kMaxHeaderBytes, bad << "header length " << header_len << " is above the format's 100 MB limit");
+  ENGINE_CHECK(header_len <= kMaxHeaderBytes, bad << "header length " << header_len << " is above the format's limit of 100,000,000 bytes");
   ENGINE_CHECK(header_len <= file.size() - 8,
                bad << "header length " << header_len << " runs past the end of the file (" << file.size() << " bytes)");
   ENGINE_CHECK(header_len >= 2 && file[8] == '{', bad << "the header does not start with '{'");

@@ -20,6 +20,7 @@
 #include "engine/amp.h"
 #include "engine/checkpoint.h"
 #include "engine/device.h"
+#include "models/cli.h"
 #include "models/models.h"
 #include "models/pytorch_weights.h"
 
@@ -274,6 +275,10 @@ int run(const Options& o) {
     for (int64_t i = 0; i < b; ++i) {
       const double* zi = z.data() + i * k;
       // Softmax in double on the host, shifted by the maximum.
+      const std::string& path = files[begin + i];
+      for (int64_t j = 0; j < k; ++j)
+        ENGINE_CHECK(std::isfinite(zi[j]), "the logits of '" << path << "' are not finite in " << o.precision
+                                                             << (dtype == DType::F32 ? "" : " (an overflow? try --precision fp32)"));
       const double zmax = *std::max_element(zi, zi + k);
       std::vector<double> p(static_cast<size_t>(k));
       double total = 0;
@@ -282,7 +287,6 @@ int run(const Options& o) {
       for (int64_t j = 0; j < k; ++j) order[j] = j;
       // Ties keep the lower class first, as the trainer's accuracy count does.
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return zi[a] > zi[c]; });
-      const std::string& path = files[begin + i];
       const std::string folder = fs::path(path).parent_path().filename().string();
       const auto label = std::find(l.classes.begin(), l.classes.end(), folder);
       if (label != l.classes.end()) {
@@ -321,16 +325,5 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
-  try {
-    return run(o);
-  } catch (const engine::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.message().c_str());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of host memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return models::run_reporting_errors([&] { return run(o); });
 }

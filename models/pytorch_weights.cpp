@@ -1,6 +1,7 @@
 // PyTorch names and layouts for our modules' weights, and the safetensors export/import.
 #include "models/pytorch_weights.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "models/models.h"
@@ -121,11 +122,22 @@ void load_pytorch_state_dict(Module& model, const std::string& model_name, const
         problems.push_back(e.name + " is " + t->desc() + ", expected an integer scalar");
       continue;
     }
-    if (!engine::is_floating(t->dtype()))
+    if (!engine::is_floating(t->dtype())) {
       problems.push_back(e.name + " has dtype " + engine::dtype_name(t->dtype()) + ", expected a floating dtype");
-    else if (t->shape() != e.torch_shape)
+    } else if (t->shape() != e.torch_shape) {
       problems.push_back(e.name + " has shape " + engine::shape_str(t->shape()) + ", " + model_name + " expects " +
                          engine::shape_str(e.torch_shape));
+    } else {
+      // Values must survive the trip into FP32 and make sense (a variance is never negative).
+      const std::string var_suffix = "running_var";
+      const bool variance = e.name.size() >= var_suffix.size() &&
+                            e.name.compare(e.name.size() - var_suffix.size(), var_suffix.size(), var_suffix) == 0;
+      for (double v : t->to_vector())
+        if (!std::isfinite(v) || std::fabs(v) > engine::dtype_max_finite(DType::F32) || (variance && v < 0)) {
+          problems.push_back(e.name + (variance && v < 0 ? " holds a negative variance" : " holds non-finite or out-of-FP32-range values"));
+          break;
+        }
+    }
   }
   for (const auto& [name, t] : state.tensors) {
     bool known = false;

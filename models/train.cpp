@@ -26,6 +26,7 @@
 #include "engine/device.h"
 #include "engine/random.h"
 #include "kernels/philox.h"
+#include "models/cli.h"
 #include "models/models.h"
 #include "models/pytorch_weights.h"
 
@@ -216,6 +217,9 @@ Config parse_args(int argc, char** argv) {
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
   if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
   if (!c.export_path.empty() && c.eval_only) usage_error("--export and --eval-only are separate runs");
+  if (c.export_path.empty() && c.export_dtype != "fp32") usage_error("--export-dtype applies to --export only");
+  if (!c.export_path.empty() && (c.export_path == c.resume || c.export_path == c.checkpoint))
+    usage_error("--export FILE must not overwrite the checkpoint it reads");
   if (!c.init_from.empty() && !c.resume.empty()) usage_error("--init-from starts a new run; --resume continues one: give one");
   if (c.nesterov && c.optimizer != "sgd") usage_error("--nesterov applies to --optimizer sgd only");
   if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
@@ -583,8 +587,12 @@ int run(const Config& cfg) {
   Training t = make_training(cfg, static_cast<int>(data.class_names.size()), device, compute);
   if (!cfg.resume.empty()) resume(cfg, t);
   if (!cfg.init_from.empty()) {
-    models::import_safetensors(cfg.init_from, *t.model, cfg.model);
+    const auto meta = models::import_safetensors(cfg.init_from, *t.model, cfg.model);
     std::fprintf(stderr, "starting from the weights in %s\n", cfg.init_from.c_str());
+    const std::vector<std::string> file_classes = models::class_names_from(meta);
+    if (!file_classes.empty() && file_classes != data.class_names)
+      std::fprintf(stderr, "warning: %s was trained on other classes than this data set's (fine-tuning re-labels them)\n",
+                   cfg.init_from.c_str());
   }
 
   const int64_t steps_per_epoch = (data.train.size() + cfg.batch_size - 1) / cfg.batch_size;
@@ -642,16 +650,5 @@ int run(const Config& cfg) {
 
 int main(int argc, char** argv) {
   const Config cfg = parse_args(argc, argv);
-  try {
-    return run(cfg);
-  } catch (const engine::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.message().c_str());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of host memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return models::run_reporting_errors([&] { return run(cfg); });
 }

@@ -34,5 +34,14 @@ else
   cat "$work/train.log"; fail "bench_train --quick exited non-zero"
 fi
 
+# Inference: resnet9 has batch-norm, so each dtype gets an unfolded and a folded row.
+if "$train" --inference --models resnet9 --batch 2 --steps 1 > "$work/inference.log" 2>&1; then
+  n=$(grep -cE '^resnet9 +(f32|f16|bf16) +(no|yes) ' "$work/inference.log")
+  [ "$n" = 6 ] || { cat "$work/inference.log"; fail "bench_train --inference: $n resnet9 rows, want 6"; }
+  grep -q 'fp16 folded vs fp32' "$work/inference.log" || fail "bench_train --inference: no ratio line"
+else
+  cat "$work/inference.log"; fail "bench_train --inference exited non-zero"
+fi
+
 [ "$fails" = 0 ] && echo "bench smoke: all passed"
 exit $((fails > 0))

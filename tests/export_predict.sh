@@ -47,8 +47,9 @@ predict() { "$build/predict" --device cpu --threads 2 "$@"; }
 # Train simplecnn in FP16 (3 epochs of 300 images), then the trainer's own accuracies.
 "$trainer" "${common[@]}" --epochs 3 --precision fp16 --checkpoint ck.bin >train.log 2>&1 || { cat train.log; exit 1; }
 eval_line=$("$trainer" "${common[@]}" --precision fp16 --resume ck.bin --eval-only 2>/dev/null | grep '^test loss')
-acc16=$(sed -E 's/.*accuracy ([0-9.]+)% \(fp16\).*/\1/' <<<"$eval_line")
-acc32=$(sed -E 's/.*FP32 inference ([0-9.]+)%.*/\1/' <<<"$eval_line")
+acc16=$(sed -nE 's/.*accuracy ([0-9.]+)% \(fp16\).*/\1/p' <<<"$eval_line")
+acc32=$(sed -nE 's/.*FP32 inference ([0-9.]+)%.*/\1/p' <<<"$eval_line")
+[ -n "$acc16" ] && [ -n "$acc32" ] || { echo "FAILED: no accuracies from trainer --eval-only: '$eval_line'"; exit 1; }
 echo "trainer --eval-only: $eval_line"
 
 "$trainer" --resume ck.bin --export model.safetensors >/dev/null || fail "export"
@@ -63,11 +64,11 @@ got=$(accuracy_of --weights ck.bin --precision fp16 data/test)
 [ -n "$got" ] && [ "$got" = "$acc16" ] && pass "predict fp16 (checkpoint) accuracy $got% = trainer's FP16 $acc16%" ||
   fail "predict fp16 accuracy '$got' vs trainer's '$acc16'"
 got=$(accuracy_of --weights model.safetensors --precision fp16 data/test)
-[ "$got" = "$acc16" ] && pass "predict fp16 (safetensors) accuracy $got%" || fail "predict fp16 safetensors '$got' vs '$acc16'"
+[ -n "$got" ] && [ "$got" = "$acc16" ] && pass "predict fp16 (safetensors) accuracy $got%" || fail "predict fp16 safetensors '$got' vs '$acc16'"
 
 # The file, read by others.
-run_check "safetensors package reads PyTorch's names and shapes" python3 "$check" check-names model.safetensors simplecnn
-run_check "fp16 export too" python3 "$check" check-names model16.safetensors simplecnn
+run_check "safetensors package reads PyTorch's names and shapes" python3 "$check" check-names model.safetensors simplecnn float32
+run_check "fp16 export too" python3 "$check" check-names model16.safetensors simplecnn float16
 predict --weights model.safetensors --json data/test >pred.jsonl || fail "predict --json"
 run_check "numpy forward in PyTorch's layout gives our logits" python3 "$check" check-numpy model.safetensors pred.jsonl
 run_check "PyTorch simplecnn gives our logits" "$torch_python" "$check" check-torch model.safetensors simplecnn pred.jsonl
@@ -75,7 +76,7 @@ for m in resnet9 resnet18; do
   "$trainer" "${common[@]}" --model $m --precision fp32 --max-steps 2 --batch-size 20 --checkpoint $m.bin >/dev/null 2>&1 &&
     "$trainer" --resume $m.bin --export $m.safetensors >/dev/null &&
     predict --weights $m.safetensors --json data/test/cat data/test/ship >$m.jsonl || fail "$m export/predict"
-  run_check "safetensors names for $m" python3 "$check" check-names $m.safetensors $m
+  run_check "safetensors names for $m" python3 "$check" check-names $m.safetensors $m float32
   run_check "PyTorch $m gives our logits" "$torch_python" "$check" check-torch $m.safetensors $m $m.jsonl
 done
 n=$(predict --weights resnet9.safetensors --fold-bn data/test/cat | sed -nE 's/.*, ([0-9]+) batch-norms folded$/\1/p')
@@ -101,7 +102,13 @@ expect 1 "holds a resnet18, not a simplecnn" -- "$trainer" --synthetic --max-ste
 expect 2 "--export needs --resume" -- "$trainer" --export x.safetensors
 expect 2 "--init-from starts a new run" -- "$trainer" --resume ck.bin --init-from model.safetensors
 expect 2 "--export-dtype must be one of" -- "$trainer" --resume ck.bin --export x.safetensors --export-dtype int8
-[ ! -e x.safetensors ] && pass "no file left by a refused export" || fail "x.safetensors was written"
+expect 2 "must not overwrite the checkpoint" -- "$trainer" --resume ck.bin --export ck.bin
+# Failures after the start leave no file behind: a corrupt checkpoint, an unwritable place.
+head -c 1000 ck.bin >corrupt.bin
+expect 1 "corrupt.bin is truncated" -- "$trainer" --resume corrupt.bin --export x.safetensors
+expect 1 "cannot write safetensors file nowhere/x.safetensors.tmp" -- "$trainer" --resume ck.bin --export nowhere/x.safetensors
+[ ! -e x.safetensors ] && [ ! -e x.safetensors.tmp ] && [ ! -e nowhere ] && pass "no file left by a failed export" ||
+  fail "a failed export left $(ls x.safetensors* nowhere 2>&1)"
 
 echo "export_predict: $fails failed, $skips skipped"
 [ $fails = 0 ]

@@ -93,11 +93,21 @@ TEST_CASE("fold_batch_norm: weights are the FP64 formula rounded once; the forwa
 TEST_CASE("fold_batch_norm: whole ResNets fold every conv+BN pair; an FP16 overflow is left unfolded", "[fold_bn]") {
   engine::manual_seed(4);
   auto r18 = models::resnet18();
+  REQUIRE_THROWS_WITH(engine::fold_batch_norm(*r18, DType::F16), Catch::Contains("call eval() first"));
+  r18->eval();
+  const int64_t params_before = r18->num_parameters();
   int bns = 0;
-  for (const auto& [path, m] : r18->named_modules()) bns += dynamic_cast<engine::BatchNorm2d*>(m) != nullptr;
+  int64_t bn_channels = 0;
+  for (const auto& [path, m] : r18->named_modules())
+    if (auto* bn = dynamic_cast<engine::BatchNorm2d*>(m)) {
+      ++bns;
+      bn_channels += bn->running_mean.numel();
+    }
   REQUIRE(bns == 20);  // stem + 16 in blocks + 3 shortcuts: each right after its conv
   REQUIRE(engine::fold_batch_norm(*r18, DType::F16) == 20);
   for (const auto& [path, m] : r18->named_modules()) REQUIRE(dynamic_cast<engine::BatchNorm2d*>(m) == nullptr);
+  // Each bias-free conv gained a bias of its width; each batch-norm's gamma and beta are gone.
+  REQUIRE(r18->num_parameters() == params_before - bn_channels);  // + a bias, - gamma and beta, per channel
 
   // var ~ 1e-12: s ~ 1e6, folded weights far beyond FP16's 65504, fine in FP32.
   auto make = [] {
@@ -108,6 +118,10 @@ TEST_CASE("fold_batch_norm: whole ResNets fold every conv+BN pair; an FP16 overf
     seq->add(std::make_shared<engine::Conv2d>(2, 4, 1, 1, 0, false)).add(bn);
     return seq;
   };
-  REQUIRE(engine::fold_batch_norm(*make(), DType::F16) == 0);
-  REQUIRE(engine::fold_batch_norm(*make(), DType::F32) == 1);
+  auto unfoldable = make(), foldable = make();
+  unfoldable->eval();
+  foldable->eval();
+  REQUIRE(engine::fold_batch_norm(*unfoldable, DType::F16) == 0);
+  REQUIRE(dynamic_cast<engine::BatchNorm2d*>(unfoldable->named_modules()[2].second) != nullptr);  // left as it was
+  REQUIRE(engine::fold_batch_norm(*foldable, DType::F32) == 1);
 }

@@ -110,7 +110,7 @@ TEST_CASE("safetensors: malformed files are refused with one clear error", "[saf
   const std::vector<Case> cases = {
       {"shorter than the length", std::string("\x05\x00\x00", 3), "shorter than the 8-byte header length"},
       {"header length beyond the file", file_bytes("{" + ok_entry + "}", data8).substr(0, 20), "runs past the end of the file"},
-      {"huge header length", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10), "above the format's 100 MB limit"},
+      {"huge header length", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10), "above the format's limit of 100,000,000 bytes"},
       {"not an object", file_bytes("[1]", ""), "does not start with '{'"},
       {"truncated JSON", file_bytes("{\"a\":{\"dtype\":\"F32\"", ""), "header ends early"},
       {"trailing text", file_bytes("{" + ok_entry + "}x", data8), "unexpected text after the JSON object"},
@@ -133,6 +133,8 @@ TEST_CASE("safetensors: malformed files are refused with one clear error", "[saf
       {"a float offset", file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})", data8), "non-integer number"},
       {"a huge shape", file_bytes(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", data8),
        "larger than the file's data"},
+      {"a leading zero", file_bytes(R"({"a":{"dtype":"F32","shape":[02],"data_offsets":[0,8]}})", data8), "leading zero"},
+      {"a lone surrogate", file_bytes(R"({"\udc00":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data8), "lone surrogate"},
       {"metadata not strings", file_bytes(R"({"__metadata__":{"k":1}})", ""), "__metadata__ entry 'k' is not a string"},
   };
   for (const Case& c : cases) {
@@ -262,6 +264,7 @@ TEST_CASE("safetensors import: mismatches are listed and nothing is loaded", "[s
   state[3].second = Tensor::zeros({256, 1024}, DType::F32);                 // fc1.weight wrong shape
   state[5].second = Tensor::zeros({10, 256}, DType::I32);                   // fc2.weight integer
   state.emplace_back("fc3.weight", Tensor::zeros({1}, DType::F32));         // a name we do not have
+  state[1].second = Tensor::full({32, 16, 3, 3}, NAN, DType::F32);           // conv2.weight NaN
   engine::save_safetensors(f.path, state);  // no metadata, as PyTorch's own files
   engine::manual_seed(6);
   auto target = models::simplecnn();
@@ -270,7 +273,8 @@ TEST_CASE("safetensors import: mismatches are listed and nothing is loaded", "[s
                       Contains("does not hold simplecnn's weights") && Contains("missing conv1.bias") &&
                           Contains("fc1.weight has shape [256,1024], simplecnn expects [256,2048]") &&
                           Contains("fc2.weight has dtype i32, expected a floating dtype") &&
-                          Contains("unexpected fc3.weight"));
+                          Contains("unexpected fc3.weight") &&
+                          Contains("conv2.weight holds non-finite or out-of-FP32-range values"));
   REQUIRE(everything(*target) == before);
 
   // Another model's file, by its metadata.
@@ -279,4 +283,12 @@ TEST_CASE("safetensors import: mismatches are listed and nothing is loaded", "[s
   models::export_safetensors(g.path, *r9, "resnet9", DType::F32, 0, {});
   REQUIRE_THROWS_WITH(models::import_safetensors(g.path, *target, "simplecnn"), Contains("holds a resnet9, not a simplecnn"));
   REQUIRE(everything(*target) == before);
+
+  // A negative running variance, in a file otherwise right.
+  auto r9b = models::resnet9();
+  auto s9 = models::pytorch_state_dict(*r9, "resnet9", DType::F32, 0);
+  for (auto& [n, t] : s9)
+    if (n == "0.1.running_var") t = Tensor::full({64}, -1.0, DType::F32);
+  engine::save_safetensors(g.path, s9);
+  REQUIRE_THROWS_WITH(models::import_safetensors(g.path, *r9b, "resnet9"), Contains("0.1.running_var holds a negative variance"));
 }
