@@ -66,7 +66,7 @@ ForceFp32::ForceFp32(std::shared_ptr<Module> inner_) : inner(std::move(inner_)) 
 
 Tensor ForceFp32::forward(const Tensor& x) {
   AutocastScope off(DType::F32, false);
-  return inner->forward(cast(x, DType::F32));
+  return (*inner)(cast(x, DType::F32));
 }
 
 std::string ForceFp32::describe() const { return "ForceFp32(" + inner->describe() + ")"; }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/autocast.h"
 #include "engine/random.h"
 
 namespace engine {
@@ -36,6 +37,33 @@ int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p->master.numel();
   return n;
+}
+
+void Module::set_fp32_region(bool on) {
+  fp32_region_ = on;
+  for (auto& p : parameters()) p->follows_compute_dtype = !on;
+}
+
+Tensor Module::forward_watched(const Tensor& x) {
+  NumericsHooks* hooks = numerics_hooks();
+  const std::string* name = nullptr;
+  if (hooks) {
+    auto it = hooks->names.find(this);
+    if (it != hooks->names.end()) name = &it->second;
+  }
+  CurrentLayerScope layer(name ? name : current_layer());  // ops recorded inside name this layer
+  const bool region = fp32_region_ && autocast_enabled() && autocast_dtype() != DType::F32;
+  const DType outer = autocast_dtype();
+  Tensor y;
+  if (region) {
+    AutocastScope off(DType::F32, false);
+    y = forward(is_floating(x.dtype()) && x.dtype() != DType::F32 ? cast(x, DType::F32) : x);
+  } else {
+    y = forward(x);
+  }
+  if (name && hooks->on_layer_output) hooks->on_layer_output(*this, *name, y);
+  if (region && is_floating(y.dtype()) && y.dtype() != outer) y = cast(y, outer);  // the region's exit
+  return y;
 }
 
 void Module::train(bool on) {
@@ -297,7 +325,7 @@ int fold_batch_norm(Module& root, DType compute) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& c : children_) h = c.second->forward(h);
+  for (auto& c : children_) h = (*c.second)(h);
   return h;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/checkpoint.h"
+#include "engine/numerics.h"
 #include "engine/ops.h"
 
 namespace engine {
@@ -30,7 +31,15 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
   virtual std::string describe() const = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Containers call their children through this, so numerics hooks (engine/numerics.h) and
+  // FP32 regions see every layer; when neither is on it is forward(x) after one test.
+  Tensor operator()(const Tensor& x) { return fp32_region_ || numerics_hooks() ? forward_watched(x) : forward(x); }
+
+  // Runs this module in FP32 inside an FP16/BF16 model, as PyTorch's autocast(enabled=False)
+  // around it: its parameters keep FP32 compute copies (call before set_compute_dtype), its
+  // input is cast to FP32 on entry and its output back to the autocast dtype on exit.
+  void set_fp32_region(bool on);
+  bool fp32_region() const { return fp32_region_; }
 
   // Every parameter of this module and its children; named ones are keyed like "0.weight".
   std::vector<ParamPtr> parameters() const;
@@ -68,6 +77,10 @@ class Module {
   std::vector<ParamPtr> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool fp32_region_ = false;
+
+ private:
+  Tensor forward_watched(const Tensor& x);
 };
 
 class Sequential;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/range_stats.h"
 #include "kernels/shapes.h"
 
 #ifdef ENGINE_WITH_CUDA  // the CUDA twins, same names and signatures
@@ -27,6 +28,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/pool.h"
+#include "kernels/cuda/range_stats.h"
 #endif
 
 namespace engine {

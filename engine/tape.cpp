@@ -1,6 +1,7 @@
 // Tape recording and the reverse walk that accumulates gradients.
 #include "engine/tape.h"
 
+#include "engine/numerics.h"
 #include "engine/ops.h"
 
 namespace engine {
@@ -26,7 +27,10 @@ bool should_record(std::initializer_list<const Tensor*> inputs) {
 void Tape::record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward) {
   output.impl()->requires_grad = true;
   output.impl()->from_op = true;
-  entries_.push_back(Entry{op, std::move(inputs), output.shared_impl(), output.impl(), std::move(backward)});
+  const NumericsHooks* hooks = numerics_hooks();
+  entries_.push_back(Entry{op, std::move(inputs), output.shared_impl(), output.impl(), std::move(backward),
+                           hooks ? current_layer() : nullptr});
+  if (hooks && hooks->anomaly) check_anomaly(op, current_layer(), "forward", output);
 }
 
 void Tape::backward(const Tensor& root, const Tensor& grad_root) {
@@ -85,6 +89,8 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
     std::vector<Tensor> grads = e->backward(grad_out);
     ENGINE_CHECK(grads.size() == e->inputs.size(), "backward of " << e->op << " returned " << grads.size()
                                                                   << " gradients for " << e->inputs.size() << " inputs");
+    if (const NumericsHooks* hooks = numerics_hooks(); hooks && hooks->anomaly)
+      for (const Tensor& g : grads) check_anomaly(e->op, e->layer, "backward", g);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (grads[i].defined() && e->inputs[i].requires_grad()) accumulate(e->inputs[i], grads[i], e->op);
     }

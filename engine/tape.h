@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,7 @@ class Tape {
     std::weak_ptr<TensorImpl> output;  // weak: an output nobody uses gets no gradient
     const TensorImpl* output_key;      // identity for the gradient map (checked against `output`)
     BackwardFn backward;
+    const std::string* layer;          // the layer whose forward recorded it (numerics hooks on), or null
   };
 
   void record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward);

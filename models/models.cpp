@@ -16,7 +16,7 @@ Residual::Residual(std::shared_ptr<Module> body_, std::shared_ptr<Module> shortc
 }
 
 engine::Tensor Residual::forward(const engine::Tensor& x) {
-  return engine::add(body->forward(x), shortcut ? shortcut->forward(x) : x);
+  return engine::add((*body)(x), shortcut ? (*shortcut)(x) : x);
 }
 
 std::string Residual::describe() const {
@@ -110,6 +110,25 @@ std::shared_ptr<Module> make_model(const std::string& name, int classes) {
   if (name == "resnet9") return resnet9(classes);
   if (name == "resnet18") return resnet18(classes);
   ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9 or resnet18)");
+}
+
+std::string pytorch_path(const std::string& model, const std::string& path) {
+  for (const auto& [ours, theirs] : pytorch_naming(model).module_renames) {
+    if (path == ours) return theirs;
+    if (path.rfind(ours + ".", 0) == 0) return theirs + path.substr(ours.size());
+  }
+  return path;
+}
+
+std::vector<NamedLayer> named_layers(engine::Module& net, const std::string& model) {
+  const auto modules = net.named_modules();
+  std::vector<NamedLayer> out;
+  for (size_t i = 1; i < modules.size(); ++i) {  // [0] is the root
+    // Pre-order: a module has children exactly when the next path extends its own.
+    const bool leaf = i + 1 == modules.size() || modules[i + 1].first.rfind(modules[i].first + ".", 0) != 0;
+    out.push_back({pytorch_path(model, modules[i].first), modules[i].second, leaf});
+  }
+  return out;
 }
 
 const PytorchNaming& pytorch_naming(const std::string& model) {

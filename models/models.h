@@ -44,5 +44,16 @@ struct PytorchNaming {
   std::map<std::string, std::array<int64_t, 3>> flattened_hwc;
 };
 const PytorchNaming& pytorch_naming(const std::string& model);
+// Our module path under PyTorch's name ("7" -> "fc1" in simplecnn, "7.x" -> "fc1.x").
+std::string pytorch_path(const std::string& model, const std::string& path);
+
+// Every module of a model built by make_model(model), root excluded, under the names the range
+// report prints and --fp32-layers takes (PyTorch's paths); `leaf`: a layer without children.
+struct NamedLayer {
+  std::string name;
+  engine::Module* module;
+  bool leaf;
+};
+std::vector<NamedLayer> named_layers(engine::Module& net, const std::string& model);
 
 }  // namespace models

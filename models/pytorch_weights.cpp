@@ -24,19 +24,11 @@ struct Entry {
   std::array<int64_t, 3> hwc{};  // LinearFlattenHWC only
 };
 
-std::string torch_module_path(const PytorchNaming& naming, const std::string& path) {
-  for (const auto& [ours, theirs] : naming.module_renames) {
-    if (path == ours) return theirs;
-    if (path.rfind(ours + ".", 0) == 0) return theirs + path.substr(ours.size());
-  }
-  return path;
-}
-
 std::vector<Entry> entries(Module& model, const std::string& model_name) {
   const PytorchNaming& naming = pytorch_naming(model_name);
   std::vector<Entry> out;
   for (const auto& [path, m] : model.named_modules()) {
-    const std::string prefix = path.empty() ? "" : torch_module_path(naming, path) + ".";
+    const std::string prefix = path.empty() ? "" : pytorch_path(model_name, path) + ".";
     if (auto* conv = dynamic_cast<engine::Conv2d*>(m)) {
       const Shape& k = conv->weight->master.shape();  // [out, kh, kw, in]
       out.push_back({prefix + "weight", conv->weight->master, {k[0], k[3], k[1], k[2]}, Entry::Layout::ConvKRSC});

@@ -3,6 +3,7 @@
 // memory by kind; saves and resumes checkpoints. `trainer --help` lists every flag.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -68,6 +70,9 @@ struct Config {
   int threads = 0;                  // 0: OpenMP's default
   int64_t log_every = 100;
   bool deterministic = false;       // CUDA: deterministic cuDNN algorithms only
+  int64_t inspect_numerics = 0;     // range report every N steps (0: off)
+  std::string detect_anomaly;       // "", "on" or "strict"
+  std::vector<std::string> fp32_layers;
 };
 
 const char* kUsage = R"(usage: trainer [options]
@@ -115,6 +120,20 @@ Runs:
   --threads N             CPU threads                                [all cores]
   --deterministic         CUDA: only deterministic cuDNN algorithms, so a run repeats bit
                           for bit (the CPU always does)              [off]
+Numerics (docs/numerics.md):
+  --inspect-numerics N    every N steps (from the first), a per-layer table of how each
+                          layer's output and each parameter's gradient sit against FP16's
+                          edges: absmax, zeros, subnormals, values that flush to zero in
+                          FP16 as stored and without the loss scale, near overflow, inf/NaN;
+                          also as JSON lines in --log (bench/plot_numerics.py draws them)
+                          [off: costs nothing]
+  --detect-anomaly[=strict]  check every op's output in forward and backward for inf/NaN
+                          and stop at the first with one error naming the op, the layer,
+                          dtype, shape, step and loss scale. Costs a host read per op. With
+                          the loss scaler, a backward overflow is only a note (the scaler
+                          skips that step) unless =strict
+  --fp32-layers A,B       run these layers (names as the report prints them) in FP32 inside
+                          an FP16/BF16 model: FP32 weights, casts at the layers' edges
   --version               build and library versions (loaded vs built with) and exit
   --help                  this text
 )";
@@ -180,6 +199,13 @@ Config parse_args(int argc, char** argv) {
   valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
   valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(to_int("--threads", v, 1)); };
   valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };
+  valued["--inspect-numerics"] = [&](const std::string& v) { c.inspect_numerics = to_int("--inspect-numerics", v, 1); };
+  valued["--fp32-layers"] = [&](const std::string& v) {
+    std::stringstream ss(v);
+    for (std::string name; std::getline(ss, name, ',');)
+      if (!name.empty()) c.fp32_layers.push_back(name);
+    if (c.fp32_layers.empty()) usage_error("--fp32-layers expects layer names, got '" + v + "'");
+  };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     const size_t eq = arg.find('=');
@@ -195,6 +221,9 @@ Config parse_args(int argc, char** argv) {
       std::printf("trainer (mpcnn), CUDA backend %s\n%s", engine::cuda_built() ? "built" : "not built",
                   engine::cuda_library_versions().c_str());
       std::exit(0);
+    } else if (arg == "--detect-anomaly") {
+      if (inline_value && value != "strict") usage_error("--detect-anomaly takes no value or =strict, got '" + value + "'");
+      c.detect_anomaly = inline_value ? "strict" : "on";
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
                arg == "--synthetic" || arg == "--deterministic") {
       if (inline_value) usage_error(arg + " takes no value");
@@ -392,6 +421,8 @@ Data load_data(const Config& cfg, engine::Device device) {
 // ---- model, optimizer, scaler, and their checkpoints ---------------------------------------
 struct Training {
   std::shared_ptr<engine::Module> model;
+  std::vector<models::NamedLayer> layers;   // display names (the report's, --fp32-layers')
+  engine::NumericsHooks hooks;              // installed on inspected steps and in anomaly mode
   std::unique_ptr<engine::Optimizer> opt;
   std::unique_ptr<engine::LossScaler> scaler;
   int64_t step = 0;  // optimizer steps taken, skipped ones included
@@ -400,6 +431,18 @@ struct Training {
 Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
   Training t;
   t.model = models::make_model(cfg.model, classes);
+  t.layers = models::named_layers(*t.model, cfg.model);
+  for (const auto& l : t.layers) t.hooks.names[l.module] = l.name;
+  for (const std::string& name : cfg.fp32_layers) {
+    auto it = std::find_if(t.layers.begin(), t.layers.end(), [&](const auto& l) { return l.name == name; });
+    if (it == t.layers.end()) {
+      std::string valid;
+      for (const auto& l : t.layers)
+        if (l.leaf) valid += (valid.empty() ? "" : ", ") + l.name;
+      usage_error("--fp32-layers: " + cfg.model + " has no layer '" + name + "' (its layers: " + valid + ")");
+    }
+    it->module->set_fp32_region(true);
+  }
   t.model->set_compute_dtype(compute);
   t.model->to(device);
   if (cfg.optimizer == "sgd")
@@ -473,6 +516,88 @@ int export_checkpoint(const Config& cfg) {
   return 0;
 }
 
+// ---- seeing the numbers: --inspect-numerics and --detect-anomaly --------------------------
+struct NumericsRow {
+  std::string layer, kind, dtype;
+  double scale;  // the loss scale the values carry (gradients), 1 for activations
+};
+
+std::string share_str(int64_t k, int64_t n) {
+  if (k == 0) return "0";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2g%%", 100.0 * static_cast<double>(k) / static_cast<double>(n));
+  return buf;
+}
+
+// Installs what watches one step: anomaly checks every step in anomaly mode, and on inspected
+// steps a collector queueing each layer's output statistics (no host read until the report).
+struct StepWatch {
+  std::optional<engine::NumericsScope> scope;
+  engine::RangeBatch batch;
+  std::vector<NumericsRow> rows;
+  double scale = 1;
+  bool inspect = false;
+
+  StepWatch(const Config& cfg, Training& t) {
+    inspect = cfg.inspect_numerics > 0 && t.step % cfg.inspect_numerics == 0;
+    if (!inspect && cfg.detect_anomaly.empty()) return;  // the usual step: nothing installed
+    scale = t.scaler->current_scale();  // a host read on the GPU: only on watched steps
+    engine::NumericsHooks& h = t.hooks;
+    h.anomaly = !cfg.detect_anomaly.empty();
+    h.strict = cfg.detect_anomaly == "strict";
+    h.scaler_on = t.scaler->config().enabled;
+    h.step = t.step + 1;
+    h.loss_scale = scale;
+    h.noted_this_step = false;
+    h.on_layer_output = nullptr;
+    if (inspect)
+      h.on_layer_output = [this, &t](const engine::Module& m, const std::string& name, const Tensor& y) {
+        auto it = std::find_if(t.layers.begin(), t.layers.end(), [&](const auto& l) { return l.module == &m; });
+        if (it == t.layers.end() || !it->leaf || !engine::is_floating(y.dtype())) return;
+        const std::string d = m.describe();
+        batch.add(y, 1.0);
+        rows.push_back({name, d.substr(0, d.find('(')), engine::dtype_name(y.dtype()), 1.0});
+      };
+    scope.emplace(h);
+  }
+
+  // After the step: the gradients (still scaled: the fused update unscales as it reads them),
+  // one read of every statistic, the table and the JSON lines.
+  void report(const Config& cfg, Training& t, JsonLog& jlog) {
+    scope.reset();
+    if (!inspect) return;
+    for (const auto& [path, p] : t.model->named_parameters()) {
+      const Tensor g = p->grad();
+      if (!g.defined()) continue;
+      batch.add(g, scale);
+      rows.push_back({models::pytorch_path(cfg.model, path), "gradient", engine::dtype_name(g.dtype()), scale});
+    }
+    const std::vector<engine::RangeStats> stats = batch.read();
+    std::printf("numerics at step %lld, loss scale %g (FP16: subnormal below 6.1e-05, zero at or below 3.0e-08, "
+                "overflow above 65504; flush/S: what would flush without the loss scale)\n",
+                static_cast<long long>(t.step), scale);
+    std::printf("  %-20s %-13s %-5s %9s %7s %8s %7s %7s %8s %5s %5s\n", "layer", "kind", "dtype", "absmax", "zeros",
+                "subnorm", "flush", "flush/S", "near-ovf", "inf", "nan");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const NumericsRow& r = rows[i];
+      const engine::RangeStats& s = stats[i];
+      const bool scaled = r.kind == "gradient";
+      std::printf("  %-20s %-13s %-5s %9.3g %7s %8s %7s %7s %8s %5lld %5lld\n", r.layer.c_str(), r.kind.c_str(),
+                  r.dtype.c_str(), s.absmax, share_str(s.zeros, s.count).c_str(), share_str(s.subnormal, s.count).c_str(),
+                  share_str(s.flush, s.count).c_str(), scaled ? share_str(s.flush_unscaled, s.count).c_str() : "-",
+                  share_str(s.near_overflow, s.count).c_str(), static_cast<long long>(s.inf),
+                  static_cast<long long>(s.nan));
+      jlog.write("numerics",
+                 {{"step", double(t.step)}, {"scale", r.scale}, {"count", double(s.count)}, {"absmax", s.absmax},
+                  {"zeros", s.share(s.zeros)}, {"subnormal", s.share(s.subnormal)}, {"flush", s.share(s.flush)},
+                  {"flush_unscaled", s.share(s.flush_unscaled)}, {"near_overflow", s.share(s.near_overflow)},
+                  {"inf", double(s.inf)}, {"nan", double(s.nan)}},
+                 {{"layer", r.layer}, {"kind", r.kind}, {"dtype", r.dtype}});
+    }
+    std::fflush(stdout);
+  }
+};
+
 // ---- one epoch ----------------------------------------------------------------------------
 struct EpochResult {
   int64_t images = 0;
@@ -509,8 +634,10 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     engine::make_batch(train.images, train.labels, order_dev.slice0(begin, begin + b), cfg.augment, aug, cfg.seed,
                        static_cast<uint64_t>(epoch), x, y);
     t.opt->lr = lr_at(t.step);
+    StepWatch watch(cfg, t);
     const Tensor loss = train_step(*t.model, *t.opt, scaler, x, y, compute, cfg.label_smoothing, cfg.clip_grad_norm);
     ++t.step;
+    watch.report(cfg, t, jlog);
     r.images += b;
     const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
     // The live progress line on a terminal, ten times per log interval: reading the loss
