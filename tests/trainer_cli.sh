@@ -69,5 +69,32 @@ expect 1 "checksum mismatch" -- "${common[@]}" --resume "$work/altered.ckpt"
 expect 1 "holds a simplecnn, not a resnet9" -- "${common[@]}" --model resnet9 --resume "$work/straight.ckpt"
 if "$trainer" "${common[@]}" --eval-only --resume "$work/straight.ckpt" 2>/dev/null | grep -q "test loss"; then pass "--eval-only"; else fail "--eval-only"; fi
 
+# Seeing the numbers: the report's table and JSON lines, anomaly mode, FP32 layers.
+small=(--device cpu --synthetic --synthetic-size 300 --batch-size 64 --threads 2)
+expect 2 "--inspect-numerics expects an integer >= 1" -- "${small[@]}" --inspect-numerics 0
+expect 2 "--detect-anomaly takes no value or =strict, got 'yes'" -- "${small[@]}" --detect-anomaly=yes
+expect 2 "simplecnn has no layer 'fc9' (its layers: conv1, 1, 2, conv2, 4, 5, 6, fc1, 8, 9, fc2)" -- "${small[@]}" --fp32-layers fc9
+out=$("$trainer" "${small[@]}" --max-steps 3 --inspect-numerics 2 --log "$work/numerics.jsonl" 2>/dev/null)
+n=$(grep -c '"event":"numerics"' "$work/numerics.jsonl")
+# Steps 1 and 3 are inspected: 11 layer outputs + 8 gradients each.
+if [ "$(grep -c '^numerics at step' <<<"$out")" = 2 ] && [ "$n" = 38 ] &&
+   grep -q '"layer":"fc1.weight","kind":"gradient","dtype":"f16"' "$work/numerics.jsonl"; then
+  pass "--inspect-numerics 2: two reports, 38 JSON rows"
+else
+  fail "--inspect-numerics: $(grep -c '^numerics at step' <<<"$out") reports, $n rows"
+fi
+out=$("$trainer" "${small[@]}" --max-steps 1 --fp32-layers fc1 --inspect-numerics 1 2>/dev/null)
+if grep -qE '^  fc1 +Linear +f32' <<<"$out" && grep -qE '^  conv2 +Conv2d +f16' <<<"$out"; then
+  pass "--fp32-layers fc1: fc1 runs in f32, conv2 in f16"
+else
+  fail "--fp32-layers fc1: $out"
+fi
+expect 1 "anomaly: step 1: cast backward in layer (outside the model) produced 0 NaN and 640 inf" -- \
+  "${small[@]}" --max-steps 2 --detect-anomaly=strict --init-scale 1e30 --checkpoint "$work/anomaly.ckpt"
+[ ! -e "$work/anomaly.ckpt" ] && pass "an anomaly writes no checkpoint" || fail "anomaly.ckpt was written"
+err=$("$trainer" "${small[@]}" --max-steps 2 --detect-anomaly --init-scale 1e30 2>&1 >/dev/null); rc=$?
+if [ "$rc" = 0 ] && [ "$(grep -c '^note: anomaly mode: step' <<<"$err")" = 2 ]; then pass "--detect-anomaly: scaler overflows are notes"
+else fail "--detect-anomaly without strict -> exit $rc: $err"; fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]
