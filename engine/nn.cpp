@@ -39,9 +39,11 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
-void Module::set_fp32_region(bool on) {
-  fp32_region_ = on;
-  for (auto& p : parameters()) p->follows_compute_dtype = !on;
+void Module::set_fp32_region() {
+  for (auto& p : parameters())
+    ENGINE_CHECK(p->value.same_storage(p->master), "set_fp32_region: call it before set_compute_dtype");
+  fp32_region_ = true;
+  for (auto& p : parameters()) p->follows_compute_dtype = false;
 }
 
 Tensor Module::forward_watched(const Tensor& x) {

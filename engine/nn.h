@@ -36,9 +36,10 @@ class Module {
   Tensor operator()(const Tensor& x) { return fp32_region_ || numerics_hooks() ? forward_watched(x) : forward(x); }
 
   // Runs this module in FP32 inside an FP16/BF16 model, as PyTorch's autocast(enabled=False)
-  // around it: its parameters keep FP32 compute copies (call before set_compute_dtype), its
-  // input is cast to FP32 on entry and its output back to the autocast dtype on exit.
-  void set_fp32_region(bool on);
+  // around it: its parameters keep FP32 compute copies, its input is cast to FP32 on entry and
+  // its output back to the autocast dtype on exit (so the rest of the model runs as before; an
+  // output beyond FP16's range still overflows at that exit). Before set_compute_dtype; for good.
+  void set_fp32_region();
   bool fp32_region() const { return fp32_region_; }
 
   // Every parameter of this module and its children; named ones are keyed like "0.weight".

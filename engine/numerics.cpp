@@ -31,6 +31,7 @@ RangeStats to_stats(const kernels::RangeCounts& c, int64_t count) {
   s.flush = static_cast<int64_t>(c.count[kernels::kRangeFlush]);
   s.flush_unscaled = static_cast<int64_t>(c.count[kernels::kRangeFlushUnscaled]);
   s.near_overflow = static_cast<int64_t>(c.count[kernels::kRangeNearOverflow]);
+  s.overflow = static_cast<int64_t>(c.count[kernels::kRangeOverflow]);
   s.inf = static_cast<int64_t>(c.count[kernels::kRangeInf]);
   s.nan = static_cast<int64_t>(c.count[kernels::kRangeNan]);
   float absmax;

@@ -19,7 +19,8 @@ class Module;
 // Shares of a tensor's elements in each FP16 bucket (kernels/range_math.h). `scale` is the loss
 // scale its values carry: flush_unscaled counts what x / scale would lose to zero in FP16.
 struct RangeStats {
-  int64_t count = 0, zeros = 0, subnormal = 0, flush = 0, flush_unscaled = 0, near_overflow = 0, inf = 0, nan = 0;
+  int64_t count = 0, zeros = 0, subnormal = 0, flush = 0, flush_unscaled = 0, near_overflow = 0, overflow = 0, inf = 0,
+          nan = 0;
   double absmax = 0;  // largest finite |x|
   double share(int64_t k) const { return count ? static_cast<double>(k) / static_cast<double>(count) : 0.0; }
   bool finite() const { return inf == 0 && nan == 0; }

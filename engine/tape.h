@@ -24,7 +24,9 @@ class Tape {
     std::weak_ptr<TensorImpl> output;  // weak: an output nobody uses gets no gradient
     const TensorImpl* output_key;      // identity for the gradient map (checked against `output`)
     BackwardFn backward;
-    const std::string* layer;          // the layer whose forward recorded it (numerics hooks on), or null
+    // The layer whose forward recorded it, or null: points into the names of the NumericsHooks
+    // installed then, so backward must run while those hooks still exist (the trainer's do).
+    const std::string* layer;
   };
 
   void record(const char* op, std::vector<Tensor> inputs, Tensor& output, BackwardFn backward);

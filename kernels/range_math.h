@@ -13,6 +13,7 @@ namespace kernels {
 constexpr double kFp16FlushEdge = 2.98023223876953125e-08;  // 2^-25
 constexpr double kFp16MinNormal = 6.103515625e-05;          // 2^-14
 constexpr double kFp16NearOverflow = 32752.0;               // 65504 / 2: within a factor 2 of overflow
+constexpr double kFp16Overflow = 65520.0;                   // 65504 + half an ulp: rounds to inf in FP16
 
 // The buckets, in the order RangeCounts::count holds them; a value's buckets come as bits
 // (1 << bucket) from range_buckets.
@@ -21,7 +22,8 @@ enum RangeBucket : int {
   kRangeSubnormal,      // would be an FP16 subnormal: 2^-25 < |x| < 2^-14
   kRangeFlush,          // non-zero, but 0 in FP16: |x| <= 2^-25
   kRangeFlushUnscaled,  // non-zero, and x / scale would be 0 in FP16: |x| <= 2^-25 * scale
-  kRangeNearOverflow,   // finite, |x| >= 32752
+  kRangeNearOverflow,   // 32752 <= |x| < 65520: within a factor 2 of FP16's overflow
+  kRangeOverflow,       // finite here but inf in FP16: 65520 <= |x| (FP32, BF16 and FP64 tensors)
   kRangeInf,
   kRangeNan,
   kRangeBuckets
@@ -44,7 +46,8 @@ template <class A> ENGINE_HD unsigned range_buckets(A x, A unscaled_edge) {
   if (a <= A(kFp16FlushEdge)) b |= 1u << kRangeFlush;
   else if (a < A(kFp16MinNormal)) b |= 1u << kRangeSubnormal;
   if (a <= unscaled_edge) b |= 1u << kRangeFlushUnscaled;
-  if (a >= A(kFp16NearOverflow)) b |= 1u << kRangeNearOverflow;
+  if (a >= A(kFp16Overflow)) b |= 1u << kRangeOverflow;
+  else if (a >= A(kFp16NearOverflow)) b |= 1u << kRangeNearOverflow;
   return b;
 }
 

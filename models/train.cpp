@@ -441,7 +441,7 @@ Training make_training(const Config& cfg, int classes, engine::Device device, DT
         if (l.leaf) valid += (valid.empty() ? "" : ", ") + l.name;
       usage_error("--fp32-layers: " + cfg.model + " has no layer '" + name + "' (its layers: " + valid + ")");
     }
-    it->module->set_fp32_region(true);
+    it->module->set_fp32_region();
   }
   t.model->set_compute_dtype(compute);
   t.model->to(device);
@@ -565,6 +565,7 @@ struct StepWatch {
   // one read of every statistic, the table and the JSON lines.
   void report(const Config& cfg, Training& t, JsonLog& jlog) {
     scope.reset();
+    t.hooks.on_layer_output = nullptr;  // it captures this watch
     if (!inspect) return;
     for (const auto& [path, p] : t.model->named_parameters()) {
       const Tensor g = p->grad();
@@ -574,23 +575,24 @@ struct StepWatch {
     }
     const std::vector<engine::RangeStats> stats = batch.read();
     std::printf("numerics at step %lld, loss scale %g (FP16: subnormal below 6.1e-05, zero at or below 3.0e-08, "
-                "overflow above 65504; flush/S: what would flush without the loss scale)\n",
+                "inf from 65520; flush/S: what would flush without the loss scale)\n",
                 static_cast<long long>(t.step), scale);
-    std::printf("  %-20s %-13s %-5s %9s %7s %8s %7s %7s %8s %5s %5s\n", "layer", "kind", "dtype", "absmax", "zeros",
-                "subnorm", "flush", "flush/S", "near-ovf", "inf", "nan");
+    std::printf("  %-20s %-13s %-5s %9s %7s %8s %7s %7s %8s %7s %5s %5s\n", "layer", "kind", "dtype", "absmax", "zeros",
+                "subnorm", "flush", "flush/S", "near-ovf", "ovf", "inf", "nan");
     for (size_t i = 0; i < rows.size(); ++i) {
       const NumericsRow& r = rows[i];
       const engine::RangeStats& s = stats[i];
       const bool scaled = r.kind == "gradient";
-      std::printf("  %-20s %-13s %-5s %9.3g %7s %8s %7s %7s %8s %5lld %5lld\n", r.layer.c_str(), r.kind.c_str(),
+      std::printf("  %-20s %-13s %-5s %9.3g %7s %8s %7s %7s %8s %7s %5lld %5lld\n", r.layer.c_str(), r.kind.c_str(),
                   r.dtype.c_str(), s.absmax, share_str(s.zeros, s.count).c_str(), share_str(s.subnormal, s.count).c_str(),
                   share_str(s.flush, s.count).c_str(), scaled ? share_str(s.flush_unscaled, s.count).c_str() : "-",
-                  share_str(s.near_overflow, s.count).c_str(), static_cast<long long>(s.inf),
-                  static_cast<long long>(s.nan));
+                  share_str(s.near_overflow, s.count).c_str(), share_str(s.overflow, s.count).c_str(),
+                  static_cast<long long>(s.inf), static_cast<long long>(s.nan));
       jlog.write("numerics",
                  {{"step", double(t.step)}, {"scale", r.scale}, {"count", double(s.count)}, {"absmax", s.absmax},
                   {"zeros", s.share(s.zeros)}, {"subnormal", s.share(s.subnormal)}, {"flush", s.share(s.flush)},
                   {"flush_unscaled", s.share(s.flush_unscaled)}, {"near_overflow", s.share(s.near_overflow)},
+                  {"overflow", s.share(s.overflow)},
                   {"inf", double(s.inf)}, {"nan", double(s.nan)}},
                  {{"layer", r.layer}, {"kind", r.kind}, {"dtype", r.dtype}});
     }

@@ -16,7 +16,8 @@ inline std::vector<double> bucket_values() {
                e14 = std::ldexp(1.0, -14);
   std::vector<double> v = {0.0, -0.0, 0.0, e24, -e24, 1023 * e24, e14, -e14, e14 * (1 + 1.0 / 1024),
                            e15, e15 * (1 + 1.0 / 128), e15 * (1 - 1.0 / 256), e25, -e25, e25 * (1 + 1.0 / 128),
-                           1e-30, -1e-38, 1.0, -3.5, 32736.0, 32752.0, -32752.0, 65504.0, 1e5, -3e38,
+                           1e-30, -1e-38, 1.0, -3.5, 32736.0, 32752.0, -32752.0, 65504.0, 65519.0, 65520.0,
+                           -65520.0, 1e5, -3e38,
                            INFINITY, -INFINITY, NAN, NAN, 0.25};
   for (int i = 0; i < 50; ++i) v.push_back(std::ldexp(1.0 + i / 64.0, -30 + i));  // a sweep through the edges
   return v;
@@ -35,7 +36,8 @@ inline engine::RangeStats direct_count(const std::vector<double>& stored, double
     if (a <= std::ldexp(1.0, -25)) ++s.flush;
     else if (a < std::ldexp(1.0, -14)) ++s.subnormal;
     if (a <= std::ldexp(1.0, -25) * scale) ++s.flush_unscaled;
-    if (a >= 32752.0) ++s.near_overflow;
+    if (a >= 65520.0) ++s.overflow;
+    else if (a >= 32752.0) ++s.near_overflow;
   }
   return s;
 }

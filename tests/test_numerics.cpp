@@ -27,6 +27,7 @@ void require_same(const engine::RangeStats& got, const engine::RangeStats& want)
   CHECK(got.flush == want.flush);
   CHECK(got.flush_unscaled == want.flush_unscaled);
   CHECK(got.near_overflow == want.near_overflow);
+  CHECK(got.overflow == want.overflow);
   CHECK(got.inf == want.inf);
   CHECK(got.nan == want.nan);
   CHECK(got.absmax == want.absmax);
@@ -75,6 +76,7 @@ TEST_CASE("range statistics equal a direct count, in FP16, BF16 and FP32, with a
   REQUIRE(s.flush > 0);
   REQUIRE(s.flush_unscaled > s.flush);
   REQUIRE(s.near_overflow > 0);
+  REQUIRE(s.overflow > 0);
   REQUIRE(s.absmax == Approx(3e38).epsilon(1e-7));
 }
 
@@ -151,7 +153,7 @@ TEST_CASE("anomaly mode names the op and layer of a NaN in forward and in backwa
   }
 }
 
-TEST_CASE("--fp32-layers fc1: fc1 runs in FP32 inside an FP16 simplecnn, the rest as before", "[numerics]") {
+TEST_CASE("FP32 layers: fc1 runs in FP32 inside an FP16 simplecnn, the rest as before", "[numerics]") {
   engine::manual_seed(30);
   auto plain = models::simplecnn();
   engine::manual_seed(30);
@@ -161,7 +163,7 @@ TEST_CASE("--fp32-layers fc1: fc1 runs in FP32 inside an FP16 simplecnn, the res
   for (const auto& l : layers)
     if (l.name == "fc1") fc1 = l.module;
   REQUIRE(fc1 != nullptr);
-  fc1->set_fp32_region(true);
+  fc1->set_fp32_region();
   plain->set_compute_dtype(DType::F16);
   mixed->set_compute_dtype(DType::F16);
   plain->eval();

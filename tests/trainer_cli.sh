@@ -31,7 +31,11 @@ expect 2 "--lr needs a value" -- --lr
 expect 1 "no CIFAR-10 found in $work/nothing" -- --data "$work/nothing" --device cpu
 expect 1 "bad device 'tpu'" -- --device tpu
 expect 1 "cannot open checkpoint" -- --resume "$work/missing.ckpt" --device cpu --synthetic --synthetic-size 100
-if "$trainer" --help | grep -q -- "--precision P"; then pass "--help lists the flags"; else fail "--help"; fi
+# Captured first: grep -q may exit before a long help text is written, and pipefail would
+# then see the trainer's SIGPIPE.
+help=$("$trainer" --help); rc=$?
+if [ "$rc" = 0 ] && grep -q -- "--precision P" <<<"$help" && grep -q -- "--inspect-numerics N" <<<"$help"; then
+  pass "--help lists the flags"; else fail "--help -> exit $rc"; fi
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
 expect 2 "--deterministic takes no value" -- --deterministic=1
 # --version: the build, and in a CUDA build the loaded vs built library versions.

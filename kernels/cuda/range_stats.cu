@@ -11,6 +11,8 @@ namespace {
 using detail::grid_for;
 using detail::kBlock;
 
+static_assert(kBlock > kRangeBuckets, "the block merge gives one thread per counter and one to absmax");
+
 template <class T>
 __global__ void range_stats_kernel(const T* __restrict__ x, int64_t n, acc_t<T> unscaled_edge, RangeCounts* out) {
   using A = acc_t<T>;
@@ -27,13 +29,14 @@ __global__ void range_stats_kernel(const T* __restrict__ x, int64_t n, acc_t<T> 
     const unsigned b = range_buckets<A>(v, unscaled_edge);
 #pragma unroll
     for (int k = 0; k < kRangeBuckets; ++k) local[k] += (b >> k) & 1u;
-    if (!(b & ((1u << kRangeInf) | (1u << kRangeNan)))) absmax = fmaxf(absmax, static_cast<float>(v < A(0) ? -v : v));
+    // fabsf, not a comparison: -0.0 must count as +0.0, or its bits would win the atomicMax.
+    if (!(b & ((1u << kRangeInf) | (1u << kRangeNan)))) absmax = fmaxf(absmax, fabsf(static_cast<float>(v)));
   }
 #pragma unroll
   for (int k = 0; k < kRangeBuckets; ++k)
     if (local[k]) atomicAdd(&counts[k], local[k]);
   // Non-negative floats order like their bit patterns, so an integer max is a float max.
-  atomicMax(&absmax_bits, __float_as_uint(absmax));
+  atomicMax(&absmax_bits, __float_as_uint(absmax) & 0x7FFFFFFFu);
   __syncthreads();
   if (threadIdx.x < kRangeBuckets) {
     if (counts[threadIdx.x]) atomicAdd(&out->count[threadIdx.x], counts[threadIdx.x]);

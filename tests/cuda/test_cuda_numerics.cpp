@@ -26,6 +26,7 @@ void require_same(const engine::RangeStats& got, const engine::RangeStats& want)
   CHECK(got.flush == want.flush);
   CHECK(got.flush_unscaled == want.flush_unscaled);
   CHECK(got.near_overflow == want.near_overflow);
+  CHECK(got.overflow == want.overflow);
   CHECK(got.inf == want.inf);
   CHECK(got.nan == want.nan);
   CHECK(got.absmax == want.absmax);
@@ -90,14 +91,14 @@ TEST_CASE("anomaly mode names the op and layer of a NaN in forward on the GPU; c
   }
 }
 
-TEST_CASE("--fp32-layers on the GPU: fc1's weight and output FP32, the rest FP16", "[cuda]") {
+TEST_CASE("FP32 layers on the GPU: fc1's weight and output FP32, the rest FP16", "[cuda]") {
   engine::manual_seed(30);
   auto net = models::simplecnn();
   const auto layers = models::named_layers(*net, "simplecnn");
   engine::NumericsHooks hooks;
   for (const auto& l : layers) {
     hooks.names[l.module] = l.name;
-    if (l.name == "fc1") l.module->set_fp32_region(true);
+    if (l.name == "fc1") l.module->set_fp32_region();
   }
   net->set_compute_dtype(DType::F16);
   net->to(kGpu);
