@@ -27,6 +27,9 @@ inline int64_t images_per_chunk(const ConvShape& sh) {
 }
 
 // col[(b*OH + i)*OW + j][(r*S + s)*C + c] = x[b, i*stride - pad + r, j*stride - pad + s, c] or 0.
+// For one kernel row r the taps s = 0..S-1 read consecutive input pixels, and NHWC keeps their
+// channels together, so the in-bounds taps are one contiguous run of up to S*C values: one copy
+// (or one widening loop) per kernel row, zeros for the taps over the border.
 template <class T, class A>
 void im2col(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
   const int64_t oh = sh.out_h(), ow = sh.out_w(), patch = sh.patch();
@@ -35,23 +38,26 @@ void im2col(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, A* col) {
     for (int64_t i = 0; i < oh; ++i) {
       for (int64_t j = 0; j < ow; ++j) {
         A* row = col + ((b * oh + i) * ow + j) * patch;
+        const int64_t iw0 = j * sh.stride - sh.pad;  // input column of tap s = 0
+        const int64_t s_lo = std::max<int64_t>(0, -iw0), s_hi = std::min<int64_t>(sh.s, sh.w - iw0);
         for (int64_t r = 0; r < sh.r; ++r) {
           const int64_t ih = i * sh.stride - sh.pad + r;
-          for (int64_t s = 0; s < sh.s; ++s) {
-            const int64_t iw = j * sh.stride - sh.pad + s;
-            A* dst = row + (r * sh.s + s) * sh.c;
-            if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) {
-              std::fill(dst, dst + sh.c, A(0));
-            } else {
-              const T* src = x + (((b0 + b) * sh.h + ih) * sh.w + iw) * sh.c;
-              if constexpr (std::is_same_v<T, A>) {
-                std::memcpy(dst, src, sizeof(A) * sh.c);
-              } else if (sh.c >= 8) {  // a run long enough to vectorise: the branch-free conversion
-                for (int64_t ch = 0; ch < sh.c; ++ch) dst[ch] = static_cast<A>(load_simd(src[ch]));
-              } else {  // a few channels (the RGB input): one F16C instruction each beats it
-                for (int64_t ch = 0; ch < sh.c; ++ch) dst[ch] = convert<A>(src[ch]);
-              }
-            }
+          A* dst = row + r * sh.s * sh.c;
+          if (ih < 0 || ih >= sh.h || s_lo >= s_hi) {
+            std::fill(dst, dst + sh.s * sh.c, A(0));
+            continue;
+          }
+          std::fill(dst, dst + s_lo * sh.c, A(0));
+          std::fill(dst + s_hi * sh.c, dst + sh.s * sh.c, A(0));
+          const T* src = x + (((b0 + b) * sh.h + ih) * sh.w + iw0 + s_lo) * sh.c;
+          const int64_t run = (s_hi - s_lo) * sh.c;
+          A* out = dst + s_lo * sh.c;
+          if constexpr (std::is_same_v<T, A>) {
+            std::memcpy(out, src, sizeof(A) * run);
+          } else if (run >= 8) {  // long enough to vectorise: the branch-free conversion
+            for (int64_t e = 0; e < run; ++e) out[e] = static_cast<A>(load_simd(src[e]));
+          } else {  // a few values: one F16C instruction each beats it
+            for (int64_t e = 0; e < run; ++e) out[e] = convert<A>(src[e]);
           }
         }
       }
