@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/convert.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"
@@ -91,15 +92,16 @@ void col2im_add(const ConvShape& sh, const A* col, int64_t b0, int64_t nb, A* gx
   }
 }
 
-// A widened copy of a T buffer (or the buffer itself when T is already A).
-template <class T, class A>
-const A* widen(const T* p, int64_t n, std::vector<A>& storage) {
+// A widened copy of a T buffer in scratch slot `slot` (or the buffer itself when T is A).
+template <class A, class T>
+const A* widen(const T* p, int64_t n, int slot) {
   if constexpr (std::is_same_v<T, A>) {
     return p;
   } else {
-    storage.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) storage[i] = static_cast<A>(load_simd(p[i]));
-    return storage.data();
+    A* w = scratch<A>(slot, n);
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) w[i] = static_cast<A>(load_simd(p[i]));
+    return w;
   }
 }
 
@@ -110,9 +112,9 @@ template <class T>
 void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
-  std::vector<A> w_store, bias_store, col, out;
-  const A* wa = detail::widen(w, sh.k * patch, w_store);
-  const A* ba = bias ? detail::widen(bias, sh.k, bias_store) : nullptr;
+  // Scratch slots: 0 widened weights, 1 widened bias, 2 column matrix, 3 FP32 output.
+  const A* wa = detail::widen<A>(w, sh.k * patch, 0);
+  const A* ba = bias ? detail::widen<A>(bias, sh.k, 1) : nullptr;
   const int64_t chunk = detail::images_per_chunk(sh);
   const bool direct = sh.pointwise() && std::is_same_v<T, A>;  // x is already the im2col matrix
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
@@ -121,16 +123,15 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
     if (direct) {
       a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
     } else {
-      col.resize(static_cast<size_t>(rows * patch));
-      detail::im2col(sh, x, b0, nb, col.data());
-      a = col.data();
+      A* col = scratch<A>(2, rows * patch);
+      detail::im2col(sh, x, b0, nb, col);
+      a = col;
     }
     A* dst;
     if constexpr (std::is_same_v<T, A>) {
       dst = y + b0 * rows_per_image * sh.k;
     } else {
-      out.resize(static_cast<size_t>(rows * sh.k));
-      dst = out.data();
+      dst = scratch<A>(3, rows * sh.k);
     }
     gemm<A>(Trans::N, Trans::T, rows, sh.k, patch, 1.0f, a, patch, wa, patch, 0.0f, dst, sh.k);
     T* yc = y + b0 * rows_per_image * sh.k;
@@ -152,28 +153,30 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   const int64_t in_elems = sh.n * sh.h * sh.w * sh.c;
-  std::vector<A> w_store, gy_store, col, gx_store;
-  const A* wa = detail::widen(w, sh.k * patch, w_store);
+  // Scratch slots: 0 widened weights, 1 widened gy, 2 column gradient, 3 FP32 input gradient.
+  const A* wa = detail::widen<A>(w, sh.k * patch, 0);
   A* gxa;
   if constexpr (std::is_same_v<T, A>) gxa = gx;
-  else { gx_store.resize(static_cast<size_t>(in_elems)); gxa = gx_store.data(); }
+  else gxa = scratch<A>(3, in_elems);
   const int64_t chunk = detail::images_per_chunk(sh);
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
     const int64_t nb = std::min(chunk, sh.n - b0), rows = nb * rows_per_image;
-    const A* gya = detail::widen(gy + b0 * rows_per_image * sh.k, rows * sh.k, gy_store);
+    const A* gya = detail::widen<A>(gy + b0 * rows_per_image * sh.k, rows * sh.k, 1);
     if (sh.pointwise()) {  // the input gradient is the column gradient itself
       gemm<A>(Trans::N, Trans::N, rows, sh.c, sh.k, 1.0f, gya, sh.k, wa, patch, 0.0f,
               gxa + b0 * rows_per_image * sh.c, sh.c);
       continue;
     }
-    col.resize(static_cast<size_t>(rows * patch));
-    gemm<A>(Trans::N, Trans::N, rows, patch, sh.k, 1.0f, gya, sh.k, wa, patch, 0.0f, col.data(), patch);
+    A* col = scratch<A>(2, rows * patch);
+    gemm<A>(Trans::N, Trans::N, rows, patch, sh.k, 1.0f, gya, sh.k, wa, patch, 0.0f, col, patch);
     A* gx_chunk = gxa + b0 * sh.h * sh.w * sh.c;
     std::fill(gx_chunk, gx_chunk + nb * sh.h * sh.w * sh.c, A(0));
-    detail::col2im_add(sh, col.data(), b0, nb, gxa);
+    detail::col2im_add(sh, col, b0, nb, gxa);
   }
-  if constexpr (!std::is_same_v<T, A>)
+  if constexpr (!std::is_same_v<T, A>) {
+#pragma omp parallel for if (in_elems > (1 << 16))
     for (int64_t i = 0; i < in_elems; ++i) gx[i] = store_simd<T>(gxa[i]);
+  }
 }
 
 // gw[K, R*S*C] = sum over output pixels of gy^T * im2col(x); gbias[K] = sum of gy (if non-null).
@@ -182,21 +185,25 @@ template <class T>
 void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
-  std::vector<A> gy_store, col, gwa(static_cast<size_t>(sh.k * patch), A(0)), gba(static_cast<size_t>(sh.k), A(0));
+  // Scratch slots: 1 widened gy, 2 column matrix, 4 FP32 weight gradient, 5 FP32 bias gradient.
+  A* gwa = scratch<A>(4, sh.k * patch);
+  A* gba = scratch<A>(5, sh.k);
+  std::fill(gwa, gwa + sh.k * patch, A(0));
+  std::fill(gba, gba + sh.k, A(0));
   const int64_t chunk = detail::images_per_chunk(sh);
   const bool direct = sh.pointwise() && std::is_same_v<T, A>;
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
     const int64_t nb = std::min(chunk, sh.n - b0), rows = nb * rows_per_image;
-    const A* gya = detail::widen(gy + b0 * rows_per_image * sh.k, rows * sh.k, gy_store);
+    const A* gya = detail::widen<A>(gy + b0 * rows_per_image * sh.k, rows * sh.k, 1);
     const A* a;
     if (direct) {
       a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
     } else {
-      col.resize(static_cast<size_t>(rows * patch));
-      detail::im2col(sh, x, b0, nb, col.data());
-      a = col.data();
+      A* col = scratch<A>(2, rows * patch);
+      detail::im2col(sh, x, b0, nb, col);
+      a = col;
     }
-    gemm<A>(Trans::T, Trans::N, sh.k, patch, rows, 1.0f, gya, sh.k, a, patch, 1.0f, gwa.data(), patch);
+    gemm<A>(Trans::T, Trans::N, sh.k, patch, rows, 1.0f, gya, sh.k, a, patch, 1.0f, gwa, patch);
     if (gbias)
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t o = 0; o < sh.k; ++o) gba[o] += gya[i * sh.k + o];
