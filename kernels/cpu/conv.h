@@ -105,6 +105,20 @@ const A* widen(const T* p, int64_t n, int slot) {
   }
 }
 
+// im2col of 16-bit data: the chunk's images are widened first, in one parallel pass over a
+// contiguous array (scratch slot `slot`), and the columns are then copied as floats: cheaper
+// than converting the same pixels once per tap that reads them (R*S times).
+template <class A, class T>
+void im2col_widened(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, A* col, int slot) {
+  if constexpr (std::is_same_v<T, A>) {
+    im2col(sh, x, b0, nb, col);
+  } else {
+    const int64_t per_image = sh.h * sh.w * sh.c;
+    const A* xa = widen<A>(x + b0 * per_image, nb * per_image, slot);
+    im2col(sh, xa, 0, nb, col);
+  }
+}
+
 }  // namespace detail
 
 // y[N,OH,OW,K] = conv(x, w) + bias (bias may be null).
@@ -112,7 +126,7 @@ template <class T>
 void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
-  // Scratch slots: 0 widened weights, 1 widened bias, 2 column matrix, 3 FP32 output.
+  // Scratch slots: 0 widened weights, 1 widened bias, 2 column matrix, 3 FP32 output, 4 widened x.
   const A* wa = detail::widen<A>(w, sh.k * patch, 0);
   const A* ba = bias ? detail::widen<A>(bias, sh.k, 1) : nullptr;
   const int64_t chunk = detail::images_per_chunk(sh);
@@ -124,7 +138,7 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
       a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
     } else {
       A* col = scratch<A>(2, rows * patch);
-      detail::im2col(sh, x, b0, nb, col);
+      detail::im2col_widened<A>(sh, x, b0, nb, col, 4);
       a = col;
     }
     A* dst;
@@ -185,7 +199,7 @@ template <class T>
 void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
-  // Scratch slots: 1 widened gy, 2 column matrix, 4 FP32 weight gradient, 5 FP32 bias gradient.
+  // Scratch slots: 0 widened x, 1 widened gy, 2 column matrix, 4 FP32 weight gradient, 5 FP32 bias gradient.
   A* gwa = scratch<A>(4, sh.k * patch);
   A* gba = scratch<A>(5, sh.k);
   std::fill(gwa, gwa + sh.k * patch, A(0));
@@ -200,7 +214,7 @@ void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw,
       a = reinterpret_cast<const A*>(x) + b0 * rows_per_image * sh.c;
     } else {
       A* col = scratch<A>(2, rows * patch);
-      detail::im2col(sh, x, b0, nb, col);
+      detail::im2col_widened<A>(sh, x, b0, nb, col, 0);
       a = col;
     }
     gemm<A>(Trans::T, Trans::N, sh.k, patch, rows, 1.0f, gya, sh.k, a, patch, 1.0f, gwa, patch);
