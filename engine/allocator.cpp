@@ -1,6 +1,7 @@
 // CPU caching allocator (64-byte aligned, counted by kind), memory statistics and the kind scope.
 #include "engine/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -18,7 +19,8 @@ namespace {
 // allocator does: a training step allocates the same sizes every time, so from the second
 // step on it takes no memory from the system and touches no fresh pages (a fresh page costs
 // a page fault). The counts by kind are of live tensors, cached blocks excluded. The cache is
-// bounded: past kMaxCached bytes, freed blocks go back to the system.
+// bounded by the program's own high-water mark of live bytes (at least kMinCacheBound): past
+// it, freed blocks go back to the system, so a program never holds more than twice its peak.
 class CpuAllocator final : public Allocator {
  public:
   ~CpuAllocator() override { release_cached(); }
@@ -54,7 +56,8 @@ class CpuAllocator final : public Allocator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.on_free(kind, static_cast<int64_t>(bytes));
-      if (p && cached_bytes_ + rounded <= kMaxCached) {
+      const size_t bound = std::max<size_t>(kMinCacheBound, static_cast<size_t>(stats_.total_peak));
+      if (p && cached_bytes_ + rounded <= bound) {
         cache_[rounded].push_back(p);
         cached_bytes_ += rounded;
         keep = true;
@@ -73,7 +76,7 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
-  static constexpr size_t kMaxCached = size_t(4) << 30;  // 4 GiB
+  static constexpr size_t kMinCacheBound = size_t(256) << 20;  // 256 MiB
   std::mutex mu_;  // tensors may be freed from OpenMP worker threads
   std::unordered_map<size_t, std::vector<void*>> cache_;
   size_t cached_bytes_ = 0;
