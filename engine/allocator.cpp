@@ -23,14 +23,11 @@ namespace {
 // it, freed blocks go back to the system, so a program never holds more than twice its peak.
 class CpuAllocator final : public Allocator {
  public:
-  ~CpuAllocator() override { release_cached(); }
-
   void* allocate(size_t bytes, MemKind kind) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_.on_alloc(kind, static_cast<int64_t>(bytes));
       auto it = cache_.find(rounded);
       if (it != cache_.end() && !it->second.empty()) {
         p = it->second.back();
@@ -43,11 +40,9 @@ class CpuAllocator final : public Allocator {
       release_cached();  // give the cache back and try once more
       p = std::aligned_alloc(64, rounded);
     }
-    if (!p && rounded) {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.on_free(kind, static_cast<int64_t>(bytes));
-      ENGINE_FAIL("out of host memory: requested " << bytes << " bytes for " << mem_kind_name(kind));
-    }
+    ENGINE_CHECK(p || rounded == 0, "out of host memory: requested " << bytes << " bytes for " << mem_kind_name(kind));
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.on_alloc(kind, static_cast<int64_t>(bytes));  // counted once it exists
     return p;
   }
   void deallocate(void* p, size_t bytes, MemKind kind) override {
@@ -88,8 +83,10 @@ thread_local MemKind t_mem_kind = MemKind::Activations;
 }  // namespace
 
 Allocator& allocator_for(Device d) {
-  static CpuAllocator cpu;
-  if (d.is_cpu()) return cpu;
+  // Never destroyed: a tensor freed late in program exit (a static, a thread_local) must still
+  // find its allocator.
+  static CpuAllocator* cpu = new CpuAllocator;
+  if (d.is_cpu()) return *cpu;
   if (!g_cuda_allocator) register_cuda_backend();
   ENGINE_CHECK(g_cuda_allocator, "no CUDA backend in this build (device " << d.str() << ")");
   return *g_cuda_allocator;
