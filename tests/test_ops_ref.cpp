@@ -13,7 +13,10 @@
 #include "engine/ops.h"
 #include "engine/tape.h"
 #include "engine/tensor.h"
+#include "kernels/convert.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/element_math.h"
 
 namespace {
 
@@ -911,4 +914,24 @@ TEST_CASE("max_pool2d_backward overwrites its output, as the CUDA kernel does", 
     total += g;
   }
   CHECK(total == 8.0f);  // each output's gradient lands once
+}
+
+TEMPLATE_TEST_CASE("16-bit ReLU on the bits equals ReLU of the widened value, for all 65,536 patterns", "[ref]",
+                   kernels::half, kernels::bfloat16) {
+  using T = TestType;
+  std::vector<T> x(65536), gy(65536), y(65536), gx(65536);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    x[b].bits = static_cast<uint16_t>(b);
+    gy[b].bits = static_cast<uint16_t>(b * 40503u);  // another pattern per element, NaNs and infs included
+  }
+  kernels::cpu::relu_forward(x.data(), y.data(), 65536);
+  kernels::cpu::relu_backward(x.data(), gy.data(), gx.data(), 65536);
+  int64_t wrong = 0;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float xf = static_cast<float>(x[b]);
+    const T want_y = kernels::convert<T>(kernels::relu_fwd<float>(xf));
+    const T want_gx = xf > 0.0f ? gy[b] : kernels::convert<T>(0.0f);
+    wrong += y[b].bits != want_y.bits || gx[b].bits != want_gx.bits;
+  }
+  REQUIRE(wrong == 0);
 }

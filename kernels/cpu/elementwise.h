@@ -16,11 +16,35 @@ namespace kernels::cpu {
 // Large loops are split across threads; small ones are not worth waking them.
 constexpr int64_t kParallelMin = 1 << 15;
 
+// ReLU of FP16/BF16 on the bits: x > 0 exactly when, read as a signed 16-bit integer, the bits
+// are positive (sign clear, not zero) and at most those of +inf (above are NaNs). The same
+// results as widening (a positive value round-trips exactly; the rest give +0), but the
+// integer compare and select vectorise with no conversion.
+template <class T> constexpr uint16_t inf_bits16() { return std::is_same_v<T, half> ? 0x7C00 : 0x7F80; }
+template <class T> inline bool positive16(uint16_t b) {
+  return static_cast<int16_t>(b) > 0 && b <= inf_bits16<T>();
+}
+
 template <class T> void relu_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    const auto* xb = reinterpret_cast<const uint16_t*>(x);
+    auto* yb = reinterpret_cast<uint16_t*>(y);
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) yb[i] = positive16<T>(xb[i]) ? xb[i] : uint16_t(0);
+    return;
+  }
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(relu_fwd<acc_t<T>>(load_simd(x[i])));
 }
 template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    const auto* xb = reinterpret_cast<const uint16_t*>(x);
+    const auto* gb = reinterpret_cast<const uint16_t*>(gy);
+    auto* ob = reinterpret_cast<uint16_t*>(gx);
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) ob[i] = positive16<T>(xb[i]) ? gb[i] : uint16_t(0);
+    return;
+  }
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<acc_t<T>, float>) {
