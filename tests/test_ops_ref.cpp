@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "kernels/convert.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/element_math.h"
 
 namespace {
@@ -933,5 +935,31 @@ TEMPLATE_TEST_CASE("16-bit ReLU on the bits equals ReLU of the widened value, fo
     const T want_gx = xf > 0.0f ? gy[b] : kernels::convert<T>(0.0f);
     wrong += y[b].bits != want_y.bits || gx[b].bits != want_gx.bits;
   }
+  REQUIRE(wrong == 0);
+}
+
+TEST_CASE("FP16 array conversions (F16C where the host has it) give the scalar conversions' bits", "[ref]") {
+  // Every half pattern widened; every widened value and its neighbours halfway to the next
+  // half (ties both ways) narrowed; lengths not a multiple of 8.
+  std::vector<kernels::half> h(65536);
+  for (uint32_t b = 0; b < 65536; ++b) h[b].bits = static_cast<uint16_t>(b);
+  std::vector<float> f(65536);
+  kernels::cpu::convert_array(h.data(), f.data(), 65535);
+  int64_t wrong = 0;
+  for (uint32_t b = 0; b < 65535; ++b) {
+    const float want = kernels::half_bits_to_float(h[b].bits);
+    wrong += std::memcmp(&f[b], &want, 4) != 0;
+  }
+  std::vector<float> src;
+  for (uint32_t b = 0; b < 65536; b += 7) {
+    const float v = kernels::half_bits_to_float(static_cast<uint16_t>(b));
+    src.push_back(v);
+    src.push_back(std::nextafter(v, INFINITY));
+    src.push_back(std::nextafter(v, -INFINITY));
+    src.push_back(v * (1.0f + 1.0f / 2048));  // about half an ulp above: a tie or near it
+  }
+  std::vector<kernels::half> out(src.size());
+  kernels::cpu::convert_array(src.data(), out.data(), static_cast<int64_t>(src.size()));
+  for (size_t i = 0; i < src.size(); ++i) wrong += out[i].bits != kernels::float_to_half_bits(src[i]);
   REQUIRE(wrong == 0);
 }

@@ -99,8 +99,7 @@ const A* widen(const T* p, int64_t n, int slot) {
     return p;
   } else {
     A* w = scratch<A>(slot, n);
-#pragma omp parallel for if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) w[i] = static_cast<A>(load_simd(p[i]));
+    convert_array(p, w, n);
     return w;
   }
 }
@@ -149,6 +148,15 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
     }
     gemm<A>(Trans::N, Trans::T, rows, sh.k, patch, 1.0f, a, patch, wa, patch, 0.0f, dst, sh.k);
     T* yc = y + b0 * rows_per_image * sh.k;
+    if constexpr (std::is_same_v<T, half>) {  // bias added in FP32, then one F16C narrowing pass
+      if (ba) {
+#pragma omp parallel for if (rows * sh.k > (1 << 15))
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t o = 0; o < sh.k; ++o) dst[i * sh.k + o] += ba[o];
+      }
+      convert_array(dst, yc, rows * sh.k);
+      continue;
+    }
 #pragma omp parallel for if (rows * sh.k > (1 << 15))
     for (int64_t i = 0; i < rows; ++i) {
       // The bias test hoisted out of the inner loop, so that loop vectorises.
@@ -187,10 +195,7 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
     std::fill(gx_chunk, gx_chunk + nb * sh.h * sh.w * sh.c, A(0));
     detail::col2im_add(sh, col, b0, nb, gxa);
   }
-  if constexpr (!std::is_same_v<T, A>) {
-#pragma omp parallel for if (in_elems > (1 << 16))
-    for (int64_t i = 0; i < in_elems; ++i) gx[i] = store_simd<T>(gxa[i]);
-  }
+  if constexpr (!std::is_same_v<T, A>) convert_array(gxa, gx, in_elems);
 }
 
 // gw[K, R*S*C] = sum over output pixels of gy^T * im2col(x); gbias[K] = sum of gy (if non-null).

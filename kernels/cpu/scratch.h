@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
+
+#include "kernels/numeric.h"
 
 namespace kernels::cpu {
 
@@ -41,6 +44,39 @@ template <class A> A* scratch(int slot, int64_t n) {
     s.bytes[slot] = need;
   }
   return static_cast<A*>(s.p[slot]);
+}
+
+// FP16 arrays to and from FP32, eight values per F16C instruction where the host has it (the
+// same bits as the scalar conversions: F16C both ways), else the branch-free loop.
+inline void widen_half(const half* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(KERNELS_HOST_F16C)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < n; ++i) dst[i] = load_simd(src[i]);
+}
+inline void narrow_half(const float* src, half* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(KERNELS_HOST_F16C)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) dst[i] = store_simd<half>(src[i]);
+}
+
+// Either direction in parallel blocks of whole cache lines.
+template <class From, class To> void convert_array(const From* src, To* dst, int64_t n) {
+  constexpr int64_t kBlock = 1 << 14;
+#pragma omp parallel for if (n > 4 * kBlock)
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = n - b < kBlock ? n - b : kBlock;
+    if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) widen_half(src + b, dst + b, m);
+    else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) narrow_half(src + b, dst + b, m);
+    else if constexpr (std::is_same_v<To, float>) for (int64_t i = 0; i < m; ++i) dst[b + i] = load_simd(src[b + i]);
+    else for (int64_t i = 0; i < m; ++i) dst[b + i] = store_simd<To>(src[b + i]);
+  }
 }
 
 }  // namespace kernels::cpu
