@@ -1,11 +1,14 @@
-// Tensors built to hit every bucket of the range report, and the count made directly from
-// the definitions (shared by tests/test_numerics.cpp and its [cuda] twin).
+// Tensors built to hit every bucket of the range report, the count made directly from the
+// definitions, the comparison, and a NaN-making layer (shared by tests/test_numerics.cpp and
+// its [cuda] twin).
 #pragma once
 
 #include <cfloat>
 #include <cmath>
 #include <vector>
 
+#include "catch2/catch.hpp"
+#include "engine/nn.h"
 #include "engine/numerics.h"
 
 namespace numerics_cases {
@@ -41,5 +44,26 @@ inline engine::RangeStats direct_count(const std::vector<double>& stored, double
   }
   return s;
 }
+
+// Every count and the absmax agree.
+inline void require_same(const engine::RangeStats& got, const engine::RangeStats& want) {
+  CHECK(got.count == want.count);
+  CHECK(got.zeros == want.zeros);
+  CHECK(got.subnormal == want.subnormal);
+  CHECK(got.flush == want.flush);
+  CHECK(got.flush_unscaled == want.flush_unscaled);
+  CHECK(got.near_overflow == want.near_overflow);
+  CHECK(got.overflow == want.overflow);
+  CHECK(got.inf == want.inf);
+  CHECK(got.nan == want.nan);
+  CHECK(got.absmax == want.absmax);
+}
+
+// y = x * NaN: a fault in forward.
+class NanForward : public engine::Module {
+ public:
+  engine::Tensor forward(const engine::Tensor& x) override { return engine::scale(x, NAN); }
+  std::string describe() const override { return "NanForward"; }
+};
 
 }  // namespace numerics_cases

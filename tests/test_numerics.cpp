@@ -14,24 +14,15 @@
 #include "models/models.h"
 #include "tests/numerics_cases.h"
 
+using numerics_cases::NanForward;
+using numerics_cases::require_same;
+
 using Catch::Contains;
 using engine::DType;
 using engine::Tensor;
 
 namespace {
 
-void require_same(const engine::RangeStats& got, const engine::RangeStats& want) {
-  CHECK(got.count == want.count);
-  CHECK(got.zeros == want.zeros);
-  CHECK(got.subnormal == want.subnormal);
-  CHECK(got.flush == want.flush);
-  CHECK(got.flush_unscaled == want.flush_unscaled);
-  CHECK(got.near_overflow == want.near_overflow);
-  CHECK(got.overflow == want.overflow);
-  CHECK(got.inf == want.inf);
-  CHECK(got.nan == want.nan);
-  CHECK(got.absmax == want.absmax);
-}
 
 // y = x, whose backward returns NaN: a fault only backward can see.
 class NanBackward : public engine::Module {
@@ -47,12 +38,6 @@ class NanBackward : public engine::Module {
   std::string describe() const override { return "NanBackward"; }
 };
 
-// y = x * NaN: a fault in forward.
-class NanForward : public engine::Module {
- public:
-  Tensor forward(const Tensor& x) override { return engine::scale(x, NAN); }
-  std::string describe() const override { return "NanForward"; }
-};
 
 }  // namespace
 

@@ -12,31 +12,15 @@
 #include "models/models.h"
 #include "tests/numerics_cases.h"
 
+using numerics_cases::NanForward;
+using numerics_cases::require_same;
+
 using Catch::Contains;
 using engine::DType;
 using engine::Tensor;
 
 namespace {
 const engine::Device kGpu = engine::Device::cuda(0);
-
-void require_same(const engine::RangeStats& got, const engine::RangeStats& want) {
-  CHECK(got.count == want.count);
-  CHECK(got.zeros == want.zeros);
-  CHECK(got.subnormal == want.subnormal);
-  CHECK(got.flush == want.flush);
-  CHECK(got.flush_unscaled == want.flush_unscaled);
-  CHECK(got.near_overflow == want.near_overflow);
-  CHECK(got.overflow == want.overflow);
-  CHECK(got.inf == want.inf);
-  CHECK(got.nan == want.nan);
-  CHECK(got.absmax == want.absmax);
-}
-
-class NanForward : public engine::Module {
- public:
-  Tensor forward(const Tensor& x) override { return engine::scale(x, NAN); }
-  std::string describe() const override { return "NanForward"; }
-};
 }  // namespace
 
 TEST_CASE("range statistics on the GPU equal the direct count, in FP16, BF16 and FP32", "[cuda]") {
