@@ -21,6 +21,8 @@
 #   compile      PyTorch torch.compile AMP (the first compile alone takes minutes)           300
 #   resnet       resnet9, ours fp32/fp16 vs PyTorch eager AMP, 4 epochs                      300
 #   racecheck    compute-sanitizer racecheck on our shared-memory [sanitize] kernels          120
+#   numerics     trainer --device cuda with --inspect-numerics, --detect-anomaly[=strict] and     60
+#                --fp32-layers fc1: the range kernel, anomaly reads and FP32 regions in the trainer
 #   export       train 1 epoch, export safetensors, predict --device cuda over the test set     150
 #                (= the trainer's GPU accuracy), PyTorch (CUDA) on the exported file with the
 #                per-image agreement, tests/export_predict.sh with PyTorch as its reference
@@ -76,6 +78,7 @@ EXTRA_SECTIONS=(
   "compile|300|pytorch_reference.py --compile AMP, $EPOCHS epochs, then compare.py"
   "resnet|300|resnet9 4 epochs: trainer fp32/fp16 and PyTorch eager AMP"
   "racecheck|120|compute-sanitizer --tool racecheck engine_cuda_tests [sanitize]~cuBLASLt*"
+  "numerics|60|trainer --device cuda --inspect-numerics 2 --detect-anomaly --fp32-layers fc1; =strict overflow"
   "export|150|trainer 1 epoch + --export; predict --device cuda; pytorch_eval.py; export_predict.sh"
 )
 
@@ -559,6 +562,29 @@ section_resnet() {
   cat "$LOGDIR/compare_resnet9.md" 2>/dev/null
   if [ "$bad" = 0 ]; then record resnet ok "${#files[@]} runs, table in compare_resnet9.md"
   else record resnet FAILED "a run failed or ran out of time (see resnet9_*.log, pytorch_resnet9.log)"; fi
+}
+
+# The numerics flags on the GPU: a report every 2 steps (the CUDA range kernel, one read per
+# report), anomaly checks on device tensors, fc1 in FP32; then an injected overflow that
+# --detect-anomaly=strict must stop with its message and exit status 1.
+section_numerics() {
+  say "numerics: --inspect-numerics, --detect-anomaly, --fp32-layers on the GPU"
+  local d="$LOGDIR/numerics" rc=0 rc2=0 reports f32 msg
+  mkdir -p "$d"
+  local small=(--device cuda --synthetic --synthetic-size 2000 --batch-size 128)
+  run_capped 30 "$BUILD/trainer" "${small[@]}" --max-steps 4 --inspect-numerics 2 --detect-anomaly \
+      --fp32-layers fc1 --log "$d/numerics.jsonl" > "$d/run.log" 2>&1 || rc=$?
+  reports=$(grep -c '^numerics at step' "$d/run.log")
+  f32=$(grep -cE '^  fc1 +Linear +f32' "$d/run.log")
+  run_capped 20 "$BUILD/trainer" "${small[@]}" --max-steps 2 --detect-anomaly=strict --init-scale 1e30 \
+      > "$d/strict.log" 2>&1 || rc2=$?
+  msg=$(grep -c 'anomaly: step 1: cast backward in layer (outside the model)' "$d/strict.log")
+  tail -3 "$d/run.log"
+  local detail="run rc $rc, $reports reports, fc1 f32 in $f32; strict overflow rc $rc2, message found $msg"
+  if [ "$rc" = 0 ] && [ "$reports" = 2 ] && [ "$f32" = 2 ] && [ "$rc2" = 1 ] && [ "$msg" = 1 ]; then
+    record numerics ok "$detail"
+  elif [ "$(verdict_for "$rc")" = not-run ]; then record numerics not-run "$detail"
+  else record numerics FAILED "$detail (numerics/run.log, strict.log)"; fi
 }
 
 # Train briefly on the GPU, export, and check what users do with the file: predict on the GPU
