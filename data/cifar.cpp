@@ -200,12 +200,6 @@ struct ImageFile {
   int64_t mtime;  // only for the cache fingerprint
 };
 
-bool is_image_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 std::vector<ImageFile> list_image_folder(const std::string& split_dir) {
   std::error_code ec;
   ENGINE_CHECK(fs::is_directory(split_dir, ec),
@@ -224,7 +218,7 @@ std::vector<ImageFile> list_image_folder(const std::string& split_dir) {
     ENGINE_CHECK(!ec, "cannot list '" << dir.string() << "': " << ec.message());
     for (; it != end; it.increment(ec)) {
       ENGINE_CHECK(!ec, "cannot list '" << dir.string() << "': " << ec.message());
-      if (!is_image_name(it->path()) || !it->is_regular_file(ec)) continue;
+      if (!is_image_name(it->path().string()) || !it->is_regular_file(ec)) continue;
       ImageFile f{it->path(), c, 0, 0};
       f.size = fs::file_size(f.path, ec);
       ENGINE_CHECK(!ec, "cannot read the size of '" << f.path.string() << "': " << ec.message());
@@ -577,6 +571,12 @@ Dataset read_cifar_binary(const std::vector<std::string>& files) {
     append_records(path, bytes, d);
   }
   return d;
+}
+
+bool is_image_name(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
 Image read_image(const std::string& path) {

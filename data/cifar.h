@@ -48,6 +48,9 @@ Dataset read_cifar_binary(const std::vector<std::string>& files);
 // on their number. verbose: progress on stderr.
 Dataset read_image_folder(const std::string& split_dir, bool verbose = false);
 
+// A .jpg, .jpeg or .png name (case-insensitive): what the folder readers and predict read.
+bool is_image_name(const std::string& path);
+
 // One PNG or JPEG of any size up to 1024x1024 (what predict reads), as RGB rows.
 struct Image {
   int width = 0, height = 0;

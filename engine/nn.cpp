@@ -311,17 +311,16 @@ int Sequential::fold_batch_norm(DType compute) {
     children_[i + 1].second = std::make_shared<Identity>();
     ++folded;
   }
-  for (auto& [name, c] : children_)
-    if (auto* seq = dynamic_cast<Sequential*>(c.get())) folded += seq->fold_batch_norm(compute);
-    else folded += engine::fold_batch_norm(*c, compute);
   return folded;
 }
 
 int fold_batch_norm(Module& root, DType compute) {
-  if (auto* seq = dynamic_cast<Sequential*>(&root)) return seq->fold_batch_norm(compute);
-  int folded = 0;
+  // The Sequentials first: folding frees batch-norms, whose pointers the walk also lists.
+  std::vector<Sequential*> seqs;
   for (const auto& [path, m] : root.named_modules())
-    if (m != &root && path.find('.') == std::string::npos) folded += fold_batch_norm(*m, compute);
+    if (auto* seq = dynamic_cast<Sequential*>(m)) seqs.push_back(seq);
+  int folded = 0;
+  for (Sequential* seq : seqs) folded += seq->fold_batch_norm(compute);
   return folded;
 }
 

@@ -85,7 +85,7 @@ class Module {
 };
 
 class Sequential;
-// fold_batch_norm on every Sequential in the tree (see Sequential::fold_batch_norm).
+// Sequential::fold_batch_norm on every Sequential in the tree; the total folded.
 int fold_batch_norm(Module& root, DType compute);
 
 // PyTorch's default initialisation for both: weights and biases uniform in +-1/sqrt(fan_in).
@@ -180,12 +180,12 @@ class Sequential : public Module {
  public:
   Sequential() = default;
   Sequential& add(std::shared_ptr<Module> m);
-  // Inference: each Conv2d directly followed by an eval-mode BatchNorm2d becomes one Conv2d
-  // with weight w * s and bias (b - mean) * s + beta, s = gamma / sqrt(var + eps), computed in
-  // FP64 and rounded once; the batch-norm becomes an Identity. A pair whose folded weights
-  // would not fit `compute` (beyond half its largest finite value) stays unfolded. Recurses
-  // into nested modules; returns the number of pairs folded. The model keeps working in
-  // training mode only after reloading its weights.
+  // Inference: each of its own Conv2d children directly followed by an eval-mode BatchNorm2d
+  // becomes one Conv2d with weight w * s and bias (b - mean) * s + beta, s = gamma /
+  // sqrt(var + eps), computed in FP64 and rounded once; the batch-norm becomes an Identity. A
+  // pair whose folded weights would not fit `compute` (beyond half its largest finite value)
+  // stays unfolded. Returns the number of pairs folded. The model keeps working in training
+  // mode only after reloading its weights.
   int fold_batch_norm(DType compute);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;

@@ -128,12 +128,6 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-bool is_image_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
-}
-
 // Files as given; folders expanded recursively to their images, sorted by path.
 std::vector<std::string> collect_images(const std::vector<std::string>& inputs) {
   std::vector<std::string> out;
@@ -143,7 +137,7 @@ std::vector<std::string> collect_images(const std::vector<std::string>& inputs) 
       std::vector<std::string> found;
       for (auto it = fs::recursive_directory_iterator(in, ec); !ec && it != fs::recursive_directory_iterator();
            it.increment(ec))
-        if (it->is_regular_file(ec) && is_image_name(it->path())) found.push_back(it->path().string());
+        if (it->is_regular_file(ec) && data::is_image_name(it->path().string())) found.push_back(it->path().string());
       ENGINE_CHECK(!ec, "cannot list folder '" << in << "': " << ec.message());
       ENGINE_CHECK(!found.empty(), "folder '" << in << "' holds no .png, .jpg or .jpeg images");
       std::sort(found.begin(), found.end());
@@ -170,14 +164,6 @@ bool is_checkpoint(const std::string& path) {
   return f.gcount() == 8 && std::memcmp(magic, "MPCNNCKP", 8) == 0;
 }
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
-  out.push_back(s.substr(start));
-  return out;
-}
-
 // Builds the model in the inference dtype on the device, then loads the weights.
 Loaded load(const Options& o, DType dtype, engine::Device device) {
   Loaded l;
@@ -196,8 +182,8 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
   ENGINE_CHECK(o.model.empty() || file_model.empty() || o.model == file_model,
                o.weights << " holds a " << file_model << ", not a " << o.model);
   l.model_name = !o.model.empty() ? o.model : !file_model.empty() ? file_model : "simplecnn";
-  l.classes = meta.count("classes") && !meta.at("classes").empty() ? split_commas(meta.at("classes"))
-                                                                   : data::cifar10_class_names();
+  l.classes = models::class_names_from(meta);
+  if (l.classes.empty()) l.classes = data::cifar10_class_names();
   l.model = models::make_model(l.model_name, static_cast<int>(l.classes.size()));
   l.model->set_compute_dtype(dtype);
   l.model->to(device);

@@ -157,12 +157,10 @@ void load_pytorch_state_dict(Module& model, const std::string& model_name, const
 
 void export_safetensors(const std::string& path, Module& model, const std::string& model_name, DType dtype,
                         int64_t steps, const std::vector<std::string>& class_names) {
-  std::string classes;
-  for (const auto& c : class_names) classes += (classes.empty() ? "" : ",") + c;
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tools look for
       {"model", model_name},
-      {"classes", classes},
+      {"classes", join_class_names(class_names)},
       {"input", "float NCHW RGB 32x32, (pixel / 255 - 0.5) / 0.5"},
       {"steps", std::to_string(steps)},
       {"producer", "mpcnn trainer"}};
@@ -177,6 +175,12 @@ std::map<std::string, std::string> import_safetensors(const std::string& path, M
                path << " holds a " << it->second << ", not a " << model_name << " (use --model " << it->second << ")");
   load_pytorch_state_dict(model, model_name, file, path);
   return file.metadata;
+}
+
+std::string join_class_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& c : names) out += (out.empty() ? "" : ",") + c;
+  return out;
 }
 
 std::vector<std::string> class_names_from(const std::map<std::string, std::string>& metadata) {

@@ -39,7 +39,9 @@ void export_safetensors(const std::string& path, engine::Module& model, const st
 std::map<std::string, std::string> import_safetensors(const std::string& path, engine::Module& model,
                                                       const std::string& model_name);
 
-// The class names an exported file carries; empty when it has none (PyTorch's own files).
+// Class names as files carry them: "classes" in the metadata (safetensors) or meta (checkpoints),
+// comma-joined. class_names_from is empty when there are none (PyTorch's own files).
+std::string join_class_names(const std::vector<std::string>& names);
 std::vector<std::string> class_names_from(const std::map<std::string, std::string>& metadata);
 
 }  // namespace models

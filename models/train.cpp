@@ -489,9 +489,7 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   ck.meta["precision"] = cfg.precision;
   ck.meta["seed"] = std::to_string(cfg.seed);
   ck.set_int("batch_size", cfg.batch_size);
-  std::string classes;
-  for (const auto& c : class_names) classes += (classes.empty() ? "" : ",") + c;
-  ck.meta["classes"] = classes;
+  ck.meta["classes"] = models::join_class_names(class_names);
   engine::save_checkpoint(path, ck);
 }
 
@@ -499,13 +497,8 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
 int export_checkpoint(const Config& cfg) {
   const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
   const std::string model_name = ck.get("model");
-  std::vector<std::string> classes;
-  if (ck.meta.count("classes")) {
-    std::stringstream ss(ck.get("classes"));
-    for (std::string c; std::getline(ss, c, ',');) classes.push_back(c);
-  } else {
-    classes = data::cifar10_class_names();  // checkpoints from before class names were saved
-  }
+  std::vector<std::string> classes = models::class_names_from(ck.meta);
+  if (classes.empty()) classes = data::cifar10_class_names();  // checkpoints from before class names were saved
   auto model = models::make_model(model_name, static_cast<int>(classes.size()));
   model->load_state(ck);
   models::export_safetensors(cfg.export_path, *model, model_name, precision_dtype(cfg.export_dtype), ck.get_int("step"),
