@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the system packages the build needs (CMake, a compiler, Catch2 v2, stb_image)
+# Installs the system packages the build needs (CMake, a compiler, Catch2 v2, stb_image, Open MPI)
 # when they are missing, and the Python packages the export test reads our files with
 # (safetensors, numpy: a few MB from PyPI). Uses apt-get as root; otherwise says what to install.
 set -euo pipefail
@@ -9,6 +9,9 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 [ -f /usr/include/catch2/catch.hpp ] || need+=(catch2)
 [ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
+# Open MPI: data-parallel training (mpirun) and its tests; the build works without it.
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v mpicxx >/dev/null 2>&1 || need+=(libopenmpi-dev)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c "import safetensors, numpy" 2>/dev/null; then
   echo "Installing Python packages: safetensors numpy"
   python3 -m pip install --quiet --disable-pip-version-check safetensors numpy 2>/dev/null ||

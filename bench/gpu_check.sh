@@ -218,17 +218,21 @@ for r in roots:
             elif f == "cublasLt.h": found.setdefault("cublaslt_inc", dp)
             elif f.startswith("libcudnn.so"): found.setdefault("cudnn_lib", dp)
             elif f.startswith("libcublasLt.so"): found.setdefault("cublaslt_lib", os.path.join(dp, f))
+            elif f == "nccl.h": found.setdefault("nccl_inc", dp)
+            elif f.startswith("libnccl.so"): found.setdefault("nccl_lib", os.path.join(dp, f))
 for k, v in found.items():
     print(f"{k}={v}")
 PY
 )
-  local cudnn_inc="" cudnn_lib="" cublaslt_inc="" cublaslt_lib="" line
+  local cudnn_inc="" cudnn_lib="" cublaslt_inc="" cublaslt_lib="" nccl_inc="" nccl_lib="" line
   while IFS= read -r line; do
     case "$line" in
       cudnn_inc=*) cudnn_inc="${line#*=}" ;;
       cudnn_lib=*) cudnn_lib="${line#*=}" ;;
       cublaslt_inc=*) cublaslt_inc="${line#*=}" ;;
       cublaslt_lib=*) cublaslt_lib="${line#*=}" ;;
+      nccl_inc=*) nccl_inc="${line#*=}" ;;
+      nccl_lib=*) nccl_lib="${line#*=}" ;;
     esac
   done <<< "$py_out"
 
@@ -255,10 +259,19 @@ PY
     echo "cuBLASLt: not found"
   fi
   if [ ! -f "$CUDA_HOME_GUESS/include/cublasLt.h" ] && [ -n "$cublaslt_inc" ]; then EXTRA_INC+=("$cublaslt_inc"); fi
+  # NCCL (the data-parallel GPU path; its [cuda] tests run one rank): toolkit or pip nvidia-nccl.
+  if [ -f "$CUDA_HOME_GUESS/include/nccl.h" ]; then
+    echo "NCCL: toolkit"
+  elif [ -n "$nccl_inc" ] && [ -n "$nccl_lib" ]; then
+    CMAKE_HINTS+=("-DNCCL_INCLUDE_DIR=$nccl_inc" "-DNCCL_LIBRARY=$nccl_lib")
+    echo "NCCL: pip: $nccl_lib"
+  else
+    echo "NCCL: not found (the data-parallel GPU tests will not be built)"
+  fi
   # Run time: the pip libraries are not on the loader's path (and libcudnn loads its
   # sub-libraries by name).
   local d
-  for d in "$cudnn_lib" "$(dirname "${cublaslt_lib:-/nonexistent/x}")"; do
+  for d in "$cudnn_lib" "$(dirname "${cublaslt_lib:-/nonexistent/x}")" "$(dirname "${nccl_lib:-/nonexistent/x}")"; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   done
 

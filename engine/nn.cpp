@@ -269,7 +269,8 @@ Dropout::Dropout(double p_) : p(p_), seed(next_seed()) {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!training_ || p == 0.0) return x;
-  return dropout(x, p, seed, calls++);
+  const uint64_t per_sample = static_cast<uint64_t>(x.numel() / std::max<int64_t>(1, x.dim(0)));
+  return dropout(x, p, seed, calls++, static_cast<uint64_t>(batch_offset()) * per_sample);
 }
 
 void Dropout::save_extra(const std::string& prefix, StateDict& out) const {

@@ -126,22 +126,22 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 namespace {
-Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t rng_stream) {
+Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t rng_stream, uint64_t first) {
   Tensor y = like(x);
   ENGINE_KERNEL("dropout", x.device(), x.dtype(), T,
-                K::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed, rng_stream, stream));
+                K::dropout(x.data<T>(), y.data<T>(), x.numel(), static_cast<float>(p), seed, rng_stream, first, stream));
   return y;
 }
 }  // namespace
 
-Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream) {
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t first) {
   check_float("dropout", x, "input");
   ENGINE_CHECK(p >= 0.0 && p < 1.0, "dropout: probability " << p << " is outside [0, 1)");
-  Tensor y = dropout_raw(x, p, seed, stream);
+  Tensor y = dropout_raw(x, p, seed, stream, first);
   if (should_record({&x})) {
     // Same mask, same scale: the backward is the forward applied to the gradient.
-    active_tape()->record("dropout", {x}, y, [p, seed, stream](const Tensor& gy) -> std::vector<Tensor> {
-      return {dropout_raw(gy, p, seed, stream)};
+    active_tape()->record("dropout", {x}, y, [p, seed, stream, first](const Tensor& gy) -> std::vector<Tensor> {
+      return {dropout_raw(gy, p, seed, stream, first)};
     });
   }
   return y;

@@ -22,8 +22,9 @@ Tensor add(const Tensor& a, const Tensor& b);  // same shape (the residual add)
 Tensor scale(const Tensor& x, double s);
 Tensor cast(const Tensor& x, DType dtype);     // backward casts the gradient back
 // Inverted dropout: zeroes with probability p, scales the rest by 1/(1-p). The mask is
-// Philox(seed, stream, index): recomputed in backward, identical on CPU and GPU.
-Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream);
+// Philox(seed, stream, first + index): recomputed in backward, identical on CPU and GPU; `first`
+// places x in a larger batch (a data-parallel shard draws what one process would).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t stream, uint64_t first = 0);
 
 Tensor reshape(const Tensor& x, const Shape& shape);  // a view; backward reshapes back
 Tensor flatten(const Tensor& x);                      // [N, ...] -> [N, rest]

@@ -1,4 +1,5 @@
 // Pooling and batch-norm (statistics and affine parameters in FP32 whatever the data dtype).
+#include "engine/distributed.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
 
@@ -48,6 +49,63 @@ Tensor global_avg_pool(const Tensor& x) {
   return y;
 }
 
+namespace {
+
+// Data-parallel --sync-bn: the batch statistics of every rank's rows together. Forward: column
+// sums, summed across ranks; squared deviations from that global mean, summed; normalise.
+// Backward: sum gy and sum gy * xhat summed across ranks give dx; dgamma and dbeta stay this
+// rank's own sums, which the gradient reducer then adds up like any other gradient.
+Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, int64_t rows, int64_t c, DType pd,
+                       Device dev) {
+  double total_rows = static_cast<double>(rows);
+  dist::all_reduce_sum(&total_rows, 1, "sync-BN row count");
+  Tensor sum = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  Tensor sq = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  Tensor mean = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  Tensor invstd = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
+  Tensor y = like(x);
+  ENGINE_KERNEL("sync batch_norm", dev, x.dtype(), T, {
+    using P = kernels::acc_t<T>;
+    const P total = P(total_rows);
+    K::batch_norm_sums<T, P>(rows, c, x.data<T>(), nullptr, total, sum.data<P>(), stream);
+    dist::all_reduce_sum(sum, "sync-BN sums");
+    K::batch_norm_sums<T, P>(rows, c, x.data<T>(), sum.data<P>(), total, sq.data<P>(), stream);
+    dist::all_reduce_sum(sq, "sync-BN squared deviations");
+    K::batch_norm_forward_from_sums<T, P>(rows, c, total, x.data<T>(), sum.data<P>(), sq.data<P>(), gamma.data<P>(),
+                                          beta.data<P>(), P(eps), P(momentum), running_mean.data<P>(),
+                                          running_var.data<P>(), mean.data<P>(), invstd.data<P>(), y.data<T>(),
+                                          stream);
+  });
+  if (should_record({&x, &gamma, &beta})) {
+    active_tape()->record("sync_batch_norm", {x, gamma, beta}, y,
+                          [x, gamma, mean, invstd, rows, c, total_rows](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor sums = Tensor::empty({2 * c}, gamma.dtype(), x.device());
+      Tensor gx = x.requires_grad() ? like(x) : Tensor();
+      Tensor ggamma = like(gamma), gbeta = like(gamma);
+      ENGINE_KERNEL("sync batch_norm backward", x.device(), x.dtype(), T, {
+        using P = kernels::acc_t<T>;
+        K::batch_norm_backward_sums<T, P>(rows, c, x.data<T>(), gy.data<T>(), mean.data<P>(), invstd.data<P>(),
+                                          sums.data<P>(), stream);
+      });
+      gbeta.copy_from(sums.slice0(0, c));  // this rank's own: the reducer sums them
+      ggamma.copy_from(sums.slice0(c, 2 * c));
+      if (gx.defined()) {
+        dist::all_reduce_sum(sums, "sync-BN gradient sums");
+        ENGINE_KERNEL("sync batch_norm backward", x.device(), x.dtype(), T, {
+          using P = kernels::acc_t<T>;
+          K::batch_norm_backward_input<T, P>(rows, c, P(total_rows), x.data<T>(), gy.data<T>(), gamma.data<P>(),
+                                             mean.data<P>(), invstd.data<P>(), sums.data<P>(), gx.data<T>(), stream);
+        });
+      }
+      return {gx, ggamma, gbeta};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum, double eps) {
   check_float("batch_norm", x, "input");
@@ -60,7 +118,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
                  "batch_norm: parameters and statistics must be " << dtype_name(pd) << "[" << c << "] on "
                                                                   << x.device().str() << ", got " << p->desc());
   }
-  ENGINE_CHECK(!training || rows > 1, "batch_norm: training needs more than one value per channel, got " << x.desc());
+  ENGINE_CHECK(!training || rows > 1 || dist::sync_batch_norm(),
+               "batch_norm: training needs more than one value per channel, got " << x.desc());
+  if (training && dist::sync_batch_norm())
+    return sync_batch_norm(x, gamma, beta, running_mean, running_var, momentum, eps, rows, c, acc_dtype(x.dtype()),
+                           op_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var}));
   Tensor y = like(x);
   Tensor mean = Tensor::empty({c}, pd, x.device(), MemKind::Activations);
   Tensor invstd = Tensor::empty({c}, pd, x.device(), MemKind::Activations);

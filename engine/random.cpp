@@ -13,7 +13,11 @@ namespace {
 constexpr uint64_t kInitStream = 0x1A17u;
 uint64_t g_seed = 0;
 uint64_t g_counter = 0;
+int64_t g_batch_offset = 0;
 }  // namespace
+
+void set_batch_offset(int64_t samples) { g_batch_offset = samples; }
+int64_t batch_offset() { return g_batch_offset; }
 
 void manual_seed(uint64_t seed) {
   g_seed = seed;

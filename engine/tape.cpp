@@ -74,16 +74,37 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
 
   if (root.is_leaf()) {
     accumulate(root, seed, "root");
+    if (on_grad_ready) on_grad_ready(root);
     entries_.clear();
     return;
   }
+  // For on_grad_ready: how many entries still to walk read each leaf that wants a gradient.
+  std::unordered_map<const TensorImpl*, int> leaf_uses;
+  if (on_grad_ready)
+    for (const Entry& e : entries_)
+      for (const Tensor& x : e.inputs)
+        if (x.requires_grad() && x.is_leaf()) ++leaf_uses[x.impl()];
+  // After entry e has run or been passed over: its leaves with no reader left are final.
+  auto release_leaves = [&](const Entry& e) {
+    for (const Tensor& x : e.inputs) {
+      if (!x.requires_grad() || !x.is_leaf()) continue;
+      auto u = leaf_uses.find(x.impl());
+      if (u != leaf_uses.end() && --u->second == 0) {
+        leaf_uses.erase(u);
+        on_grad_ready(x);
+      }
+    }
+  };
   pending.emplace(root.impl(), Pending{root, seed});
   for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
     auto it = pending.find(e->output_key);
-    if (it == pending.end()) continue;
     // Same address, same tensor? (An expired output's address may have been reused.)
-    const auto& owner = it->second.tensor.shared_impl();
-    if (e->output.owner_before(owner) || owner.owner_before(e->output)) continue;
+    const bool has_grad = it != pending.end() && !e->output.owner_before(it->second.tensor.shared_impl()) &&
+                          !it->second.tensor.shared_impl().owner_before(e->output);
+    if (!has_grad) {
+      if (on_grad_ready) release_leaves(*e);
+      continue;
+    }
     Tensor grad_out = std::move(it->second.grad);
     pending.erase(it);
     std::vector<Tensor> grads = e->backward(grad_out);
@@ -94,6 +115,7 @@ void Tape::backward(const Tensor& root, const Tensor& grad_root) {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (grads[i].defined() && e->inputs[i].requires_grad()) accumulate(e->inputs[i], grads[i], e->op);
     }
+    if (on_grad_ready) release_leaves(*e);
     e->backward = nullptr;  // frees the saved tensors now, not at the end
     e->inputs.clear();
   }

@@ -36,6 +36,12 @@ class Tape {
   // frees each entry's saved tensors as soon as it has run. The tape is empty afterwards.
   void backward(const Tensor& root, const Tensor& grad_root = Tensor());
 
+  // Called during backward() with each leaf once its gradient is final: after the last entry
+  // that reads it has run (or been passed over). Data-parallel training starts reducing a
+  // bucket of gradients from here while the rest of backward runs (engine/distributed.h).
+  // A leaf read only by entries that got no gradient is reported as those are passed over.
+  std::function<void(const Tensor& leaf)> on_grad_ready;
+
   void clear() { entries_.clear(); }
   size_t size() const { return entries_.size(); }
 

@@ -5,22 +5,28 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "engine/error.h"
 
 namespace models {
 
-template <class Body> int run_reporting_errors(Body&& body) {
+// `report` gets the message (the trainer's ends the whole data-parallel job with it).
+template <class Body, class Report> int run_reporting_errors(Body&& body, Report&& report) {
   try {
     return body();
   } catch (const engine::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    report(e.message());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of host memory\n");
+    report("out of host memory");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    report(e.what());
   }
   return 1;
+}
+
+template <class Body> int run_reporting_errors(Body&& body) {
+  return run_reporting_errors(body, [](const std::string& m) { std::fprintf(stderr, "error: %s\n", m.c_str()); });
 }
 
 }  // namespace models

@@ -26,6 +26,7 @@
 #include "engine/amp.h"
 #include "engine/checkpoint.h"
 #include "engine/device.h"
+#include "engine/distributed.h"
 #include "engine/random.h"
 #include "kernels/philox.h"
 #include "models/cli.h"
@@ -73,6 +74,8 @@ struct Config {
   int64_t inspect_numerics = 0;     // range report every N steps (0: off)
   std::string detect_anomaly;       // "", "on" or "strict"
   std::vector<std::string> fp32_layers;
+  bool sync_bn = false;             // data-parallel: batch statistics over all ranks
+  double timeout = 300;             // data-parallel: seconds a collective may wait
 };
 
 const char* kUsage = R"(usage: trainer [options]
@@ -94,7 +97,7 @@ Data:
   --synthetic-size N      training images of the synthetic stand-in  [10000]
   --augment               random crop (pad 4) and horizontal flip    [off]
 Optimisation:
-  --epochs N              [10]          --batch-size N        [256]
+  --epochs N              [10]          --batch-size N        [256] (global)
   --optimizer O           sgd | adam | adamw                         [adam]
   --lr X                  [1e-3]        --momentum X          [0.9] (sgd)
   --nesterov              Nesterov momentum (sgd)
@@ -104,6 +107,11 @@ Optimisation:
   --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
 Loss scaling (fp16):
   --init-scale X          [65536]       --growth-interval N   [2000]
+Data-parallel (launch with mpirun -np N; one process per device, docs in README):
+  --batch-size stays the GLOBAL batch: each of N ranks takes an equal shard of it
+  --sync-bn               batch-norm statistics over all ranks' shards  [per rank]
+  --timeout S             seconds a collective may wait for the other ranks before the job
+                          ends with an error naming the rank             [300]
 Runs:
   --seed N                initialisation, data order, augmentation, dropout [0]
   --checkpoint FILE       save after every epoch (and at --max-steps)
@@ -198,6 +206,7 @@ Config parse_args(int argc, char** argv) {
   valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
   valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
   valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(to_int("--threads", v, 1)); };
+  valued["--timeout"] = [&](const std::string& v) { c.timeout = to_double("--timeout", v, 0, true); };
   valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };
   valued["--inspect-numerics"] = [&](const std::string& v) { c.inspect_numerics = to_int("--inspect-numerics", v, 1); };
   valued["--fp32-layers"] = [&](const std::string& v) {
@@ -225,7 +234,7 @@ Config parse_args(int argc, char** argv) {
       if (inline_value && value != "strict") usage_error("--detect-anomaly takes no value or =strict, got '" + value + "'");
       c.detect_anomaly = inline_value ? "strict" : "on";
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
-               arg == "--synthetic" || arg == "--deterministic") {
+               arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn") {
       if (inline_value) usage_error(arg + " takes no value");
       if (arg == "--nesterov") c.nesterov = true;
       if (arg == "--augment") c.augment = true;
@@ -233,6 +242,7 @@ Config parse_args(int argc, char** argv) {
       if (arg == "--eval-only") c.eval_only = true;
       if (arg == "--synthetic") c.synthetic = true;
       if (arg == "--deterministic") c.deterministic = true;
+      if (arg == "--sync-bn") c.sync_bn = true;
     } else if (valued.count(arg)) {
       if (!inline_value) {
         if (i + 1 >= argc) usage_error(arg + " needs a value");
@@ -296,16 +306,23 @@ Split upload(const data::Dataset& d, engine::Device device) {
 
 struct EvalResult { double loss = 0, accuracy = 0; };
 
-// Test loss and accuracy with the model in eval mode, with activations in `dtype`.
+// Test loss and accuracy with the model in eval mode, with activations in `dtype`. Across
+// ranks each takes its share of the test set (of batch / ranks images at a time), with rank
+// 0's batch-norm statistics (as DDP), and the sums are added.
 EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int64_t batch, engine::Device device) {
+  namespace dist = engine::dist;
+  dist::broadcast_buffers(model);
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
   model.eval();
   const kernels::AugmentConfig norm;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < split.size(); begin += batch) {
-    const int64_t b = std::min(batch, split.size() - begin);
+  const int64_t ranks = dist::world().size, rank = dist::world().rank;
+  const int64_t lo = split.size() * rank / ranks, hi = split.size() * (rank + 1) / ranks;
+  batch = std::max<int64_t>(1, batch / ranks);
+  for (int64_t begin = lo; begin < hi; begin += batch) {
+    const int64_t b = std::min(batch, hi - begin);
     std::vector<int32_t> idx(static_cast<size_t>(b));
     for (int64_t i = 0; i < b; ++i) idx[i] = static_cast<int32_t>(begin + i);
     Tensor indices = Tensor::from_ints(idx, {b});
@@ -325,8 +342,10 @@ EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int6
     }
   }
   model.train();
+  double sums[2] = {loss_sum, static_cast<double>(correct)};
+  dist::all_reduce_sum(sums, 2, "evaluation sums");
   const double n = static_cast<double>(std::max<int64_t>(1, split.size()));
-  return {loss_sum / n, 100.0 * static_cast<double>(correct) / n};
+  return {sums[0] / n, 100.0 * sums[1] / n};
 }
 
 // JSON-lines metrics log (one object per line) for plotting.
@@ -369,18 +388,25 @@ std::string default_data_dir() {
 //   scaler.scale(loss).backward()
 //   scaler.unscale_(optimizer); clip_grad_norm_(...)       (when clipping)
 //   scaler.step(optimizer); scaler.update()
+// Data-parallel (DDP): x is this rank's shard; `share` (its fraction of the global batch)
+// seeds backward, so the sum of all ranks' gradients, which the reducer forms in buckets while
+// backward runs, is the gradient of the global batch's mean loss. Every rank then holds the same
+// gradients, so the found-inf check, the skip and the scale update agree without another round.
 // Returns the loss (on the device: reading it is a host wait, so the caller does it only to log).
 Tensor train_step(engine::Module& model, engine::Optimizer& opt, engine::LossScaler& scaler, const Tensor& x,
-                  const Tensor& y, DType compute, double label_smoothing, double clip_grad_norm) {
+                  const Tensor& y, DType compute, double label_smoothing, double clip_grad_norm,
+                  engine::dist::GradReducer* reducer = nullptr, const Tensor& share = Tensor()) {
   opt.zero_grad();
   engine::Tape tape;
+  if (reducer) reducer->attach(tape);
   Tensor loss;
   {
     engine::TapeScope record(tape);
     engine::AutocastScope autocast(compute);                          // conv/linear in FP16/BF16
     loss = engine::cross_entropy(model(x), y, label_smoothing);       // the loss in FP32
-    tape.backward(scaler.scale(loss));                                // backward from loss * scale
+    tape.backward(scaler.scale(loss), share);                         // backward from loss * scale (* share)
   }
+  if (reducer) reducer->finish();                                     // the summed gradients, on every rank
   if (clip_grad_norm > 0) scaler.clip_grad_norm(opt, clip_grad_norm);  // unscales first
   scaler.step(opt);   // unscale + found-inf check + fused update; skipped on inf/NaN
   scaler.update();    // back off on overflow, grow after a run of clean steps
@@ -425,6 +451,7 @@ struct Training {
   engine::NumericsHooks hooks;              // installed on inspected steps and in anomaly mode
   std::unique_ptr<engine::Optimizer> opt;
   std::unique_ptr<engine::LossScaler> scaler;
+  std::unique_ptr<engine::dist::GradReducer> reducer;  // data-parallel runs only
   int64_t step = 0;  // optimizer steps taken, skipped ones included
 };
 
@@ -474,7 +501,14 @@ void resume(const Config& cfg, Training& t) {
   std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(t.step));
 }
 
+// Called on every rank: rank 0's batch-norm statistics go to all (as DDP's), rank 0 writes,
+// and the others wait for the file, so a resume on any rank reads the whole of it.
 void save(const Config& cfg, const Training& t, const std::vector<std::string>& class_names, const std::string& path) {
+  engine::dist::broadcast_buffers(*t.model);
+  if (engine::dist::world().rank != 0) {
+    engine::dist::barrier("checkpoint written by rank 0");
+    return;
+  }
   engine::StateDict ck;
   t.model->save_state(ck);
   t.opt->save_state(ck);
@@ -491,6 +525,7 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   ck.set_int("batch_size", cfg.batch_size);
   ck.meta["classes"] = models::join_class_names(class_names);
   engine::save_checkpoint(path, ck);
+  engine::dist::barrier("checkpoint written by rank 0");
 }
 
 // trainer --resume CKPT --export FILE: the checkpoint's FP32 masters under PyTorch's names.
@@ -622,24 +657,41 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
   EpochResult r;
   const auto t0 = std::chrono::steady_clock::now();
   engine::LossScaler& scaler = *t.scaler;
+  const int64_t ranks = engine::dist::world().size, rank = engine::dist::world().rank;
+  Tensor share;  // this rank's share of the batch as backward's seed (data-parallel only)
+  double share_value = 0;
   for (int64_t i = t.step % steps_per_epoch; i < steps_per_epoch && t.step < total_steps; ++i) {
     const int64_t begin = i * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
-    Tensor x = b == cfg.batch_size ? x_buf : x_buf.slice0(0, b);
-    Tensor y = b == cfg.batch_size ? y_buf : y_buf.slice0(0, b);
-    engine::make_batch(train.images, train.labels, order_dev.slice0(begin, begin + b), cfg.augment, aug, cfg.seed,
+    // This rank's shard of the global batch: contiguous, near-equal, never empty (run() drops
+    // a last batch smaller than the number of ranks). Augmentation draws depend on the image,
+    // not the rank, so the ranks together see what one process would.
+    const int64_t lo = begin + b * rank / ranks, n = begin + b * (rank + 1) / ranks - lo;
+    Tensor x = n == x_buf.dim(0) ? x_buf : x_buf.slice0(0, n);
+    Tensor y = n == y_buf.dim(0) ? y_buf : y_buf.slice0(0, n);
+    engine::make_batch(train.images, train.labels, order_dev.slice0(lo, lo + n), cfg.augment, aug, cfg.seed,
                        static_cast<uint64_t>(epoch), x, y);
+    if (ranks > 1 && share_value != double(n) / double(b)) {  // changes only for a short last batch
+      share_value = double(n) / double(b);
+      share = Tensor::full({1}, share_value, DType::F32, device);
+    }
+    engine::set_batch_offset(lo - begin);
     t.opt->lr = lr_at(t.step);
     StepWatch watch(cfg, t);
-    const Tensor loss = train_step(*t.model, *t.opt, scaler, x, y, compute, cfg.label_smoothing, cfg.clip_grad_norm);
+    const Tensor loss = train_step(*t.model, *t.opt, scaler, x, y, compute, cfg.label_smoothing, cfg.clip_grad_norm,
+                                   t.reducer.get(), share);
     ++t.step;
     watch.report(cfg, t, jlog);
-    r.images += b;
+    r.images += n;
     const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
     // The live progress line on a terminal, ten times per log interval: reading the loss
     // and scale is a host sync on a GPU, so never on every step.
     const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
     if (!log_now && !progress) continue;
-    const double l = loss.item();
+    double l = loss.item();
+    if (log_now && ranks > 1) {  // the global batch's mean loss (every rank logs at the same steps)
+      l *= share_value;
+      engine::dist::all_reduce_sum(&l, 1, "loss for the log");
+    }
     r.loss_sum += l;
     ++r.loss_count;
     if (progress)
@@ -678,15 +730,24 @@ void print_summary(const Config& cfg, Training& t, const Data& data, const EvalR
               scaler.current_scale());
   std::printf("  test accuracy %.2f%% (%s inference), %.2f%% (FP32 inference)\n", last.accuracy, cfg.precision.c_str(),
               fp32.accuracy);
-  std::printf("  training time %.1f s, %.0f images/s\n", train_seconds,
-              train_seconds > 0 ? static_cast<double>(images_seen) / train_seconds : 0.0);
-  std::printf("  peak %s memory during training: %s\n", device.str().c_str(), mib(mem.total_peak).c_str());
+  const engine::dist::World& w = engine::dist::world();
+  double totals[2] = {static_cast<double>(images_seen), static_cast<double>(mem.total_peak)};
+  engine::dist::all_reduce_sum(totals, 2, "summary totals");
+  const double rate = train_seconds > 0 ? totals[0] / train_seconds : 0.0;
+  if (w.size > 1)
+    std::printf("  training time %.1f s, %.0f images/s in all over %d ranks, %.0f per rank\n", train_seconds, rate,
+                w.size, rate / w.size);
+  else
+    std::printf("  training time %.1f s, %.0f images/s\n", train_seconds, rate);
+  std::printf("  peak %s memory during training: %s", device.str().c_str(), mib(mem.total_peak).c_str());
+  if (w.size > 1) std::printf(" on rank 0, %s summed over the %d ranks", mib(int64_t(totals[1])).c_str(), w.size);
+  std::printf("\n");
   for (int k = 0; k < engine::kNumMemKinds; ++k)
     std::printf("    %-16s %12s  (own peak %s)\n", engine::mem_kind_name(static_cast<engine::MemKind>(k)),
                 mib(mem.at_total_peak[k]).c_str(), mib(mem.peak[k]).c_str());
   std::vector<std::pair<std::string, double>> fields = {
       {"test_accuracy", last.accuracy}, {"test_accuracy_fp32_inference", fp32.accuracy},
-      {"train_seconds", train_seconds}, {"images_per_s", train_seconds > 0 ? images_seen / train_seconds : 0.0},
+      {"train_seconds", train_seconds}, {"images_per_s", rate}, {"ranks", double(w.size)},
       {"steps", double(t.step)}, {"skipped", double(scaler.skipped_steps())}, {"peak_bytes", double(mem.total_peak)}};
   for (int k = 0; k < engine::kNumMemKinds; ++k)
     fields.emplace_back(std::string("peak_") + engine::mem_kind_name(static_cast<engine::MemKind>(k)),
@@ -694,7 +755,38 @@ void print_summary(const Config& cfg, Training& t, const Data& data, const EvalR
   jlog.write("summary", fields, {{"model", cfg.model}, {"precision", cfg.precision}});
 }
 
+// Data-parallel set-up before anything touches a GPU: the checks, the threads per rank, each
+// local rank's own GPU (it becomes that process's cuda:0) and the NCCL communicator.
+void join_data_parallel(const Config& cfg) {
+  namespace dist = engine::dist;
+  const dist::World& w = dist::world();
+  dist::set_timeout(cfg.timeout);
+  if (w.size == 1) return;
+  if (!cfg.export_path.empty()) usage_error("--export runs in one process, not under mpirun");
+  if (cfg.batch_size % w.size != 0)
+    usage_error("--batch-size is the global batch: " + std::to_string(cfg.batch_size) + " does not split into " +
+                std::to_string(w.size) + " equal shards");
+#ifdef _OPENMP
+  if (cfg.threads == 0) omp_set_num_threads(std::max(1, omp_get_num_procs() / w.local_size));
+#endif
+  if (cfg.device != "cpu" && w.local_size > 1) {
+    // One GPU per local rank: the local_rank-th of those visible (all when none are named).
+    std::vector<std::string> visible;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      std::stringstream ss(v);
+      for (std::string d; std::getline(ss, d, ',');) visible.push_back(d);
+    }
+    ENGINE_CHECK(visible.empty() || static_cast<int>(visible.size()) >= w.local_size,
+                 w.local_size << " ranks on this machine but CUDA_VISIBLE_DEVICES names " << visible.size() << " GPUs");
+    const std::string mine = visible.empty() ? std::to_string(w.local_rank) : visible[static_cast<size_t>(w.local_rank)];
+    setenv("CUDA_VISIBLE_DEVICES", mine.c_str(), 1);
+  }
+}
+
 int run(const Config& cfg) {
+  namespace dist = engine::dist;
+  const dist::World& world = dist::world();
+  join_data_parallel(cfg);
 #ifdef _OPENMP
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
 #endif
@@ -702,10 +794,17 @@ int run(const Config& cfg) {
   engine::set_cuda_deterministic(cfg.deterministic);
   const DType compute = precision_dtype(cfg.precision);
   engine::manual_seed(cfg.seed);
+  dist::set_sync_batch_norm(cfg.sync_bn);
+  if (cfg.sync_bn && world.size == 1)
+    std::fprintf(stderr, "notice: --sync-bn with one process is plain batch-norm\n");
+  if (device.is_cuda() && world.size > 1) dist::init_nccl(device);
 
   if (!cfg.export_path.empty()) return export_checkpoint(cfg);
 
+  // Rank 0 first: it may decode the image folders into the cache the others then read.
+  if (world.rank != 0) dist::barrier("rank 0 loading the data set", 12.0);
   const Data data = load_data(cfg, device);
+  if (world.rank == 0) dist::barrier("rank 0 loading the data set", 12.0);
   Training t = make_training(cfg, static_cast<int>(data.class_names.size()), device, compute);
   if (!cfg.resume.empty()) resume(cfg, t);
   if (!cfg.init_from.empty()) {
@@ -717,7 +816,13 @@ int run(const Config& cfg) {
                    cfg.init_from.c_str());
   }
 
-  const int64_t steps_per_epoch = (data.train.size() + cfg.batch_size - 1) / cfg.batch_size;
+  if (world.size > 1) {
+    dist::broadcast_module(*t.model);  // DDP's start: rank 0's weights everywhere, verified
+    t.reducer = std::make_unique<dist::GradReducer>(t.model->parameters());
+  }
+  // A last batch smaller than the number of ranks would leave a rank without images: dropped.
+  const int64_t steps_per_epoch =
+      data.train.size() / cfg.batch_size + (data.train.size() % cfg.batch_size >= world.size ? 1 : 0);
   const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
                                                 : steps_per_epoch * cfg.epochs;
   std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
@@ -727,8 +832,15 @@ int run(const Config& cfg) {
               static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
               static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),
               cfg.lr);
+  if (world.size > 1) {
+    std::printf("data-parallel: %d ranks (%d on this machine), %lld images each per step, gradients summed in %zu "
+                "buckets (%s per step)%s\n",
+                world.size, world.local_size, static_cast<long long>(cfg.batch_size / world.size),
+                t.reducer->buckets().size(), mib(t.reducer->bytes_per_step()).c_str(),
+                cfg.sync_bn ? ", batch-norm statistics over all ranks" : "");
+  }
   std::fflush(stdout);
-  JsonLog jlog(cfg.log);
+  JsonLog jlog(world.rank == 0 ? cfg.log : std::string());
 
   if (cfg.eval_only) {
     const EvalResult r = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
@@ -739,8 +851,9 @@ int run(const Config& cfg) {
     return 0;
   }
 
-  Tensor x_buf = Tensor::empty({cfg.batch_size, 32, 32, 3}, compute, device);
-  Tensor y_buf = Tensor::empty({cfg.batch_size}, DType::I32, device);
+  const int64_t local_batch = cfg.batch_size / world.size;
+  Tensor x_buf = Tensor::empty({local_batch, 32, 32, 3}, compute, device);
+  Tensor y_buf = Tensor::empty({local_batch}, DType::I32, device);
   auto& stats_alloc = engine::allocator_for(device);
   stats_alloc.reset_peak();
   double train_seconds = 0;
@@ -752,12 +865,14 @@ int run(const Config& cfg) {
     train_seconds += e.seconds;
     images_seen += e.images;
     last = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
+    double epoch_images = static_cast<double>(e.images);  // over all ranks
+    dist::all_reduce_sum(&epoch_images, 1, "images this epoch");
     std::printf("Epoch %lld/%lld done: test loss %.4f, test accuracy %.2f%%, %.0f images/s, epoch time %.1f s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), last.loss, last.accuracy,
-                static_cast<double>(e.images) / e.seconds, e.seconds);
+                epoch_images / e.seconds, e.seconds);
     std::fflush(stdout);
     jlog.write("epoch", {{"epoch", double(epoch + 1)}, {"step", double(t.step)}, {"test_loss", last.loss},
-                         {"test_accuracy", last.accuracy}, {"images_per_s", double(e.images) / e.seconds},
+                         {"test_accuracy", last.accuracy}, {"images_per_s", epoch_images / e.seconds},
                          {"epoch_seconds", e.seconds},
                          {"train_loss", e.loss_count ? e.loss_sum / double(e.loss_count) : NAN}});
     if (!cfg.checkpoint.empty()) save(cfg, t, data.class_names, cfg.checkpoint);
@@ -771,6 +886,13 @@ int run(const Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun: join the job; rank 0 alone prints (errors from any rank still show, naming it).
+  engine::dist::init(&argc, &argv);
+  engine::dist::quiet_other_ranks();
   const Config cfg = parse_args(argc, argv);
-  return models::run_reporting_errors([&] { return run(cfg); });
+  // An error on any rank ends the whole job (MPI_Abort), so no rank waits for it forever.
+  const int rc = models::run_reporting_errors([&] { return run(cfg); },
+                                              [](const std::string& m) { engine::dist::abort_job(m); });
+  engine::dist::finalize();
+  return rc;
 }

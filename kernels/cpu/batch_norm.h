@@ -137,4 +137,81 @@ void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const
   }
 }
 
+// ---- synchronised batch-norm (data-parallel, --sync-bn) ------------------------------------
+// The statistics of all ranks' rows together, two passes like the fused kernel above, with a
+// sum across ranks (by the caller) after each: sums, then squared deviations from the global
+// mean, then normalise. `total` is the number of rows over all ranks.
+
+// out[ch] = sum of x (center_sum null), or sum of (x - center_sum[ch] / total)^2.
+template <class T, class P = acc_t<T>>
+void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P total, P* out, Stream = nullptr) {
+  if (!center_sum) {
+    detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
+      const T* xr = x + r * c;
+      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += load_simd(xr[ch]);
+    }, out);
+    return;
+  }
+  std::vector<P> mean(static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) mean[ch] = center_sum[ch] / total;
+  detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
+    const T* xr = x + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const P d = load_simd(xr[ch]) - mean[ch];
+      acc[ch] += d * d;
+    }
+  }, out);
+}
+
+// From the global sums: saves mean and 1/sqrt(var + eps), updates the running statistics
+// (when given) and writes y = (x - mean) * invstd * gamma + beta for this rank's rows.
+template <class T, class P = acc_t<T>>
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+                                  const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
+                                  P* save_mean, P* save_invstd, T* y, Stream = nullptr) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    save_mean[ch] = sum[ch] / total;
+    save_invstd[ch] = inv_std(sq[ch] / total, eps);
+    if (running_mean)
+      update_running_stats(running_mean[ch], running_var[ch], save_mean[ch], sq[ch], static_cast<int64_t>(total),
+                           momentum);
+  }
+  apply_affine_rows(rows, c, x, save_mean, save_invstd, gamma, beta, y);
+}
+
+// sums[0..c) = sum gy, sums[c..2c) = sum gy * xhat over this rank's rows.
+template <class T, class P = acc_t<T>>
+void batch_norm_backward_sums(int64_t rows, int64_t c, const T* x, const T* gy, const P* mean, const P* invstd,
+                              P* sums, Stream = nullptr) {
+  detail::column_sums<P>(rows, c, 2, [&](int64_t r, P* acc) {
+    const T *xr = x + r * c, *gr = gy + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const P g = load_simd(gr[ch]);
+      acc[ch] += g;
+      acc[c + ch] += g * (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
+    }
+  }, sums);
+}
+
+// gx = gamma * invstd * (gy - sums_gy / total - xhat * sums_gyxhat / total), the sums global.
+template <class T, class P = acc_t<T>>
+void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
+                               const P* mean, const P* invstd, const P* sums, T* gx, Stream = nullptr) {
+  std::vector<P> k(static_cast<size_t>(c)), db(static_cast<size_t>(c)), dg(static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    k[ch] = gamma[ch] * invstd[ch];
+    db[ch] = sums[ch] / total;
+    dg[ch] = sums[c + ch] / total;
+  }
+#pragma omp parallel for if (rows * c > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * c, *gr = gy + r * c;
+    T* out = gx + r * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const P xhat = (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
+      out[ch] = store_simd<T>(k[ch] * (load_simd(gr[ch]) - db[ch] - xhat * dg[ch]));
+    }
+  }
+}
+
 }  // namespace kernels::cpu

@@ -89,13 +89,15 @@ template <class From, class To> void cast(const From* x, To* y, int64_t n, Strea
     else y[i] = convert<To>(x[i]);
   }
 }
-// y = x * keep(i) / (1 - p); the same function serves forward and backward.
-template <class T> void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream, Stream = nullptr) {
+// y = x * keep(first + i) / (1 - p); the same function serves forward and backward. `first`
+// places these elements in a larger batch (a data-parallel rank's shard).
+template <class T>
+void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t stream, uint64_t first, Stream = nullptr) {
   const acc_t<T> inv_keep = acc_t<T>(1) / (acc_t<T>(1) - acc_t<T>(p));
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i)
-    y[i] = dropout_keep(seed, stream, static_cast<uint64_t>(i), p) ? from_acc<T>(acc_t<T>(x[i]) * inv_keep)
-                                                                    : from_acc<T>(acc_t<T>(0));
+    y[i] = dropout_keep(seed, stream, first + static_cast<uint64_t>(i), p) ? from_acc<T>(acc_t<T>(x[i]) * inv_keep)
+                                                                            : from_acc<T>(acc_t<T>(0));
 }
 
 // *out = sum of all elements in acc_t<T>, in index order.

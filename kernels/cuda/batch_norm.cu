@@ -159,12 +159,12 @@ __global__ void __launch_bounds__(kBlock)
 
 template <class T, class P>
 __global__ void __launch_bounds__(kBlock)
-    grad_input_kernel(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
+    grad_input_kernel(int64_t rows, int64_t c, P count, const T* x, const T* gy, const P* gamma, const P* mean,
                       const P* invstd, const P* sums, bool training, T* gx) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   if (ch >= c) return;
   const P m = mean[ch], is = invstd[ch], gi = gamma[ch] * invstd[ch];
-  const P dbeta_m = sums[ch] / P(rows), dgamma_m = sums[c + ch] / P(rows);
+  const P dbeta_m = sums[ch] / count, dgamma_m = sums[c + ch] / count;  // count: rows (all ranks' with sync-BN)
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * 8) {
     const P g = P(gy[r * c + ch]);
@@ -175,6 +175,56 @@ __global__ void __launch_bounds__(kBlock)
     }
     gx[r * c + ch] = from_acc<T>(gi * v);
   }
+}
+
+// Sync-BN: partial column sums of x, or of (x - center_sum / total)^2; layout [groups][c].
+template <class T, class P>
+__global__ void __launch_bounds__(kBlock) sums_partial_kernel(int64_t rows, int64_t c, const T* x,
+                                                              const P* center_sum, P total, P* partial) {
+  __shared__ P sh[8][33];
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  P a = 0;
+  if (ch < c) {
+    const P m = center_sum ? center_sum[ch] / total : P(0);
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
+         r += static_cast<int64_t>(gridDim.y) * 8) {
+      const P v = P(x[r * c + ch]);
+      a += center_sum ? (v - m) * (v - m) : v;
+    }
+  }
+  sh[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    for (int k = 1; k < 8; ++k) a += sh[k][threadIdx.x];
+    partial[static_cast<int64_t>(blockIdx.y) * c + ch] = a;
+  }
+}
+
+// out[ch] = the groups' partials added in group order (deterministic).
+template <class P>
+__global__ void __launch_bounds__(kBlock) sums_final_kernel(int64_t c, int groups, const P* partial, P* out) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  P a = 0;
+  for (int g = 0; g < groups; ++g) a += partial[static_cast<int64_t>(g) * c + ch];
+  out[ch] = a;
+}
+
+// Sync-BN: mean, invstd and the running statistics from the global sums, and y's a and b.
+template <class P>
+__global__ void __launch_bounds__(kBlock)
+    from_sums_final_kernel(int64_t c, P total, const P* sum, const P* sq, const P* gamma, const P* beta, P eps,
+                           P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd, P* ab) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const P mean = sum[ch] / total, invstd = inv_std(sq[ch] / total, eps);
+  save_mean[ch] = mean;
+  save_invstd[ch] = invstd;
+  if (running_mean)
+    update_running_stats(running_mean[ch], running_var[ch], mean, sq[ch], static_cast<int64_t>(total), momentum);
+  const P a = invstd * gamma[ch];
+  ab[ch] = a;
+  ab[c + ch] = beta[ch] - mean * a;
 }
 
 dim3 tile_grid(int64_t c, int groups) {
@@ -243,9 +293,57 @@ void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const
   CHECK_LAUNCH();
   if (gx) {
     grad_input_kernel<T, P><<<tile_grid(c, apply_groups(rows, c)), dim3(32, 8), 0, s>>>(
-        rows, c, x, gy, gamma, mean, invstd, sums.as<P>(), training, gx);
+        rows, c, P(rows), x, gy, gamma, mean, invstd, sums.as<P>(), training, gx);
     CHECK_LAUNCH();
   }
+}
+
+template <class T, class P>
+void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P total, P* out, cudaStream_t s) {
+  check_shape(rows, c, "batch_norm_sums");
+  const int groups = detail::row_groups(rows, c);
+  Workspace partial(sizeof(P) * static_cast<size_t>(groups) * static_cast<size_t>(c));
+  sums_partial_kernel<T, P><<<tile_grid(c, groups), dim3(32, 8), 0, s>>>(rows, c, x, center_sum, total,
+                                                                         partial.as<P>());
+  CHECK_LAUNCH();
+  sums_final_kernel<P><<<channel_blocks(c), kBlock, 0, s>>>(c, groups, partial.as<P>(), out);
+  CHECK_LAUNCH();
+}
+
+template <class T, class P>
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+                                  const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
+                                  P* save_mean, P* save_invstd, T* y, cudaStream_t s) {
+  check_shape(rows, c, "batch_norm_forward_from_sums");
+  Workspace ab(sizeof(P) * 2 * static_cast<size_t>(c));
+  from_sums_final_kernel<P><<<channel_blocks(c), kBlock, 0, s>>>(c, total, sum, sq, gamma, beta, eps, momentum,
+                                                                 running_mean, running_var, save_mean, save_invstd,
+                                                                 ab.as<P>());
+  CHECK_LAUNCH();
+  apply_kernel<T, P><<<tile_grid(c, apply_groups(rows, c)), dim3(32, 8), 0, s>>>(rows, c, x, ab.as<P>(), y);
+  CHECK_LAUNCH();
+}
+
+template <class T, class P>
+void batch_norm_backward_sums(int64_t rows, int64_t c, const T* x, const T* gy, const P* mean, const P* invstd,
+                              P* sums, cudaStream_t s) {
+  check_shape(rows, c, "batch_norm_backward_sums");
+  const int groups = detail::row_groups(rows, c);
+  Workspace partial(sizeof(P) * 2 * static_cast<size_t>(groups) * static_cast<size_t>(c));
+  grad_partial_kernel<T, P><<<tile_grid(c, groups), dim3(32, 8), 0, s>>>(rows, c, x, gy, mean, invstd,
+                                                                               partial.as<P>());
+  CHECK_LAUNCH();
+  grad_final_kernel<P><<<channel_blocks(c), kBlock, 0, s>>>(c, groups, partial.as<P>(), sums, nullptr, nullptr);
+  CHECK_LAUNCH();
+}
+
+template <class T, class P>
+void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
+                               const P* mean, const P* invstd, const P* sums, T* gx, cudaStream_t s) {
+  check_shape(rows, c, "batch_norm_backward_input");
+  grad_input_kernel<T, P><<<tile_grid(c, apply_groups(rows, c)), dim3(32, 8), 0, s>>>(
+      rows, c, total, x, gy, gamma, mean, invstd, sums, true, gx);
+  CHECK_LAUNCH();
 }
 
 #define ENGINE_CUDA_BN(T, P)                                                                                  \
@@ -254,7 +352,14 @@ void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const
   template void batch_norm_forward_eval<T, P>(int64_t, int64_t, const T*, const P*, const P*, P, const P*,       \
                                              const P*, P*, T*, cudaStream_t);                                 \
   template void batch_norm_backward<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, const P*,    \
-                                         bool, T*, P*, P*, cudaStream_t);
+                                         bool, T*, P*, P*, cudaStream_t);                                     \
+  template void batch_norm_sums<T, P>(int64_t, int64_t, const T*, const P*, P, P*, cudaStream_t);                \
+  template void batch_norm_forward_from_sums<T, P>(int64_t, int64_t, P, const T*, const P*, const P*, const P*,  \
+                                                  const P*, P, P, P*, P*, P*, P*, T*, cudaStream_t);          \
+  template void batch_norm_backward_sums<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, P*,     \
+                                              cudaStream_t);                                                  \
+  template void batch_norm_backward_input<T, P>(int64_t, int64_t, P, const T*, const T*, const P*, const P*,     \
+                                               const P*, const P*, T*, cudaStream_t);
 ENGINE_CUDA_BN(float, float)
 ENGINE_CUDA_BN(double, double)
 ENGINE_CUDA_BN(kernels::half, float)

@@ -29,4 +29,20 @@ template <class T, class P = acc_t<T>>
 void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
                         const P* invstd, bool training, T* gx, P* ggamma, P* gbeta, cudaStream_t stream);
 
+// Synchronised batch-norm pieces (data-parallel --sync-bn), the twins of kernels/cpu/batch_norm.h:
+// the caller sums each statistic across ranks between the calls; `total` counts all ranks' rows.
+// out = column sums of x (center_sum null) or of (x - center_sum / total)^2; deterministic.
+template <class T, class P = acc_t<T>>
+void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P total, P* out, cudaStream_t stream);
+template <class T, class P = acc_t<T>>
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+                                  const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
+                                  P* save_mean, P* save_invstd, T* y, cudaStream_t stream);
+template <class T, class P = acc_t<T>>
+void batch_norm_backward_sums(int64_t rows, int64_t c, const T* x, const T* gy, const P* mean, const P* invstd,
+                              P* sums, cudaStream_t stream);
+template <class T, class P = acc_t<T>>
+void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
+                               const P* mean, const P* invstd, const P* sums, T* gx, cudaStream_t stream);
+
 }  // namespace kernels::cuda

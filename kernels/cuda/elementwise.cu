@@ -118,21 +118,23 @@ template <class From, class To> struct CastF {
 };
 
 // ---- dropout: one Philox block feeds 4 consecutive elements --------------------------------
-// Element i uses word i % 4 of philox_block(seed, stream, i / 4): exactly what
-// kernels::dropout_keep computes element by element, with a quarter of the rounds.
+// Global element k = first + i uses word k % 4 of philox_block(seed, stream, k / 4): exactly
+// what kernels::dropout_keep computes element by element, with a quarter of the rounds.
 
 template <class T>
-__global__ void __launch_bounds__(kBlock)
-    dropout_kernel(const T* x, T* y, int64_t n, float p, acc_t<T> inv_keep, uint64_t seed, uint64_t rs) {
+__global__ void __launch_bounds__(kBlock) dropout_kernel(const T* x, T* y, int64_t n, float p, acc_t<T> inv_keep,
+                                                         uint64_t seed, uint64_t rs, uint64_t first) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t groups = (n + 3) / 4;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+  const uint64_t g0 = first / 4;
+  const int64_t groups = static_cast<int64_t>((first + static_cast<uint64_t>(n) + 3) / 4 - g0);
+  for (int64_t gg = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; gg < groups; gg += stride) {
+    const uint64_t g = g0 + static_cast<uint64_t>(gg);
     uint32_t r[4];
-    philox_block(seed, rs, static_cast<uint64_t>(g), r);
+    philox_block(seed, rs, g, r);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t i = g * 4 + j;
-      if (i < n) {
+      const int64_t i = static_cast<int64_t>(g * 4 + j - first);  // wraps negative before `first`
+      if (g * 4 + j >= first && i < n) {
         const bool keep = uniform_from_u32(r[j]) >= p;
         y[i] = keep ? from_acc<T>(acc_t<T>(x[i]) * inv_keep) : from_acc<T>(acc_t<T>(0));
       }
@@ -276,12 +278,13 @@ template <class From, class To> void cast(const From* x, To* y, int64_t n, cudaS
 }
 
 template <class T>
-void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, cudaStream_t s) {
+void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, uint64_t first,
+             cudaStream_t s) {
   if (n <= 0) return;
   ENGINE_CHECK(p >= 0.f && p <= 1.f, "dropout: p = " << p << " must be in [0, 1]");
   // The same expression as the CPU, evaluated on the host once: IEEE division either way.
   const acc_t<T> inv_keep = acc_t<T>(1) / (acc_t<T>(1) - acc_t<T>(p));
-  dropout_kernel<T><<<grid_for((n + 3) / 4), kBlock, 0, s>>>(x, y, n, p, inv_keep, seed, rng_stream);
+  dropout_kernel<T><<<grid_for((n + 3) / 4 + 1), kBlock, 0, s>>>(x, y, n, p, inv_keep, seed, rng_stream, first);
   CHECK_LAUNCH();
 }
 
@@ -364,7 +367,7 @@ template <class T> void column_sum(int64_t rows, int64_t cols, const T* x, T* ou
   template void relu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                 \
   template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                           \
   template void scale<T>(const T*, double, T*, int64_t, cudaStream_t);                           \
-  template void dropout<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, cudaStream_t);      \
+  template void dropout<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t, cudaStream_t); \
   template void fill<T>(T*, double, int64_t, cudaStream_t);                                      \
   template void fill_from_device<T>(T*, const acc_t<T>*, int64_t, cudaStream_t);                 \
   template void all_finite<T>(const T*, int64_t, int*, cudaStream_t);                            \

@@ -23,10 +23,11 @@ template <class T> void scale(const T* x, double s, T* y, int64_t n, cudaStream_
 // y = convert<To>(x): every pair of {float, double, half, bfloat16}, one correct rounding
 // (double -> half/bf16 directly, without going through float).
 template <class From, class To> void cast(const From* x, To* y, int64_t n, cudaStream_t stream);
-// Inverted dropout, y = keep(i) ? x / (1 - p) : 0 with keep(i) = kernels::dropout_keep(seed,
-// rng_stream, i, p): bit-identical masks to the CPU. The same call serves backward (x = gy).
+// Inverted dropout, y = keep(first + i) ? x / (1 - p) : 0 with keep(k) = kernels::dropout_keep(seed,
+// rng_stream, k, p): bit-identical masks to the CPU. The same call serves backward (x = gy).
 template <class T>
-void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, cudaStream_t stream);
+void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, uint64_t first,
+             cudaStream_t stream);
 template <class T> void fill(T* y, double value, int64_t n, cudaStream_t stream);  // value rounded once to T
 // y[i] = *value rounded once to T, the value read from device memory (sum's backward): no wait.
 template <class T> void fill_from_device(T* y, const acc_t<T>* value, int64_t n, cudaStream_t stream);

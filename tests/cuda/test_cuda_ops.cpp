@@ -122,8 +122,8 @@ TEMPLATE_TEST_CASE("element-wise kernels match the CPU reference", "[cuda]", flo
     for (float p : {0.0f, 0.3f, 1.0f}) {
       INFO("dropout p = " << p);
       dy.poison();
-      kg::dropout(pa, py, n, p, 0x1234abcdULL, 5, stream());
-      kc::dropout(a.data() + off, want.data() + off, n, p, 0x1234abcdULL, 5);
+      kg::dropout(pa, py, n, p, 0x1234abcdULL, 5, 0, stream());
+      kc::dropout(a.data() + off, want.data() + off, n, p, 0x1234abcdULL, 5, 0);
       expect_bits_equal(gpu(), cpu(), "dropout");
     }
 
@@ -137,20 +137,25 @@ TEMPLATE_TEST_CASE("element-wise kernels match the CPU reference", "[cuda]", flo
 TEMPLATE_TEST_CASE("dropout masks are identical on CPU and GPU and independent of the input", "[cuda]", float, half) {
   using T = TestType;
   const int64_t n = 4099;  // not a multiple of the 4 words of a Philox block
-  std::vector<T> ones(n, kernels::convert<T>(1.0)), want(n);
-  DeviceBuffer<T> dx(ones), dy(n);
-  kg::dropout(dx.get(), dy.get(), n, 0.5f, 42, 3, stream());
-  kc::dropout(ones.data(), want.data(), n, 0.5f, 42, 3);
-  std::vector<T> got = dy.download();
-  int64_t kept = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep_gpu = to_d(got[i]) != 0.0, keep_cpu = to_d(want[i]) != 0.0;
-    CHECK(keep_gpu == keep_cpu);
-    CHECK(keep_gpu == kernels::dropout_keep(42, 3, static_cast<uint64_t>(i), 0.5f));
-    kept += keep_gpu;
+  // first: where these elements sit in a larger batch (a data-parallel shard); 7 is not a
+  // multiple of 4 either, so the GPU's blocks of 4 straddle the shard's start.
+  for (uint64_t first : {uint64_t(0), uint64_t(7), uint64_t(4096)}) {
+    INFO("first " << first);
+    std::vector<T> ones(n, kernels::convert<T>(1.0)), want(n);
+    DeviceBuffer<T> dx(ones), dy(n);
+    kg::dropout(dx.get(), dy.get(), n, 0.5f, 42, 3, first, stream());
+    kc::dropout(ones.data(), want.data(), n, 0.5f, 42, 3, first);
+    std::vector<T> got = dy.download();
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep_gpu = to_d(got[i]) != 0.0, keep_cpu = to_d(want[i]) != 0.0;
+      CHECK(keep_gpu == keep_cpu);
+      CHECK(keep_gpu == kernels::dropout_keep(42, 3, first + static_cast<uint64_t>(i), 0.5f));
+      kept += keep_gpu;
+    }
+    CHECK(kept > n / 2 - 200);
+    CHECK(kept < n / 2 + 200);
   }
-  CHECK(kept > n / 2 - 200);
-  CHECK(kept < n / 2 + 200);
 }
 
 TEST_CASE("cast between every pair of float types matches convert<To> bit for bit", "[cuda]") {
