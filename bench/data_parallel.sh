@@ -18,8 +18,12 @@ trap 'rm -rf "$WORK"' EXIT
 rate() { sed -n 's/.*training time [0-9.]* s, \([0-9.]*\) images\/s.*/\1/p' "$1"; }
 echo "model $MODEL, $PRECISION, global batch 256, 2 epochs of 5120 synthetic images, $CORES cores"
 (cd "$WORK" && "$TRAINER" "${ARGS[@]}" --threads "$CORES" > one.log)
-(cd "$WORK" && mpirun --oversubscribe -np 2 "$TRAINER" "${ARGS[@]}" --threads $(( CORES / 2 > 0 ? CORES / 2 : 1 )) > two.log)
-one=$(rate "$WORK/one.log") two=$(rate "$WORK/two.log")
+HALF=$(( CORES / 2 > 0 ? CORES / 2 : 1 ))
+(cd "$WORK" && "$TRAINER" "${ARGS[@]}" --threads "$HALF" > half.log)
+(cd "$WORK" && mpirun --oversubscribe -np 2 "$TRAINER" "${ARGS[@]}" --threads "$HALF" > two.log)
+one=$(rate "$WORK/one.log") half=$(rate "$WORK/half.log") two=$(rate "$WORK/two.log")
 echo "1 process x $CORES threads: $one images/s"
-echo "2 ranks x $(( CORES / 2 > 0 ? CORES / 2 : 1 )) threads:  $two images/s"
-python3 -c "print(f'2 ranks / 1 process: {float($two) / float($one):.2f}x')"
+echo "1 process x $HALF threads:  $half images/s"
+echo "2 ranks x $HALF threads:    $two images/s"
+python3 -c "print(f'2 ranks / 1 process on the same cores: {float($two) / float($one):.2f}x; '
+               f'scaling efficiency of 2 ranks over 1 rank of the same threads: {float($two) / (2 * float($half)):.0%}')"

@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <string>
 
 #include "engine/error.h"
 #include "kernels/cuda/context.h"
@@ -19,14 +20,23 @@ namespace {
 #define NCCL_CHECK(call)                                                                               \
   do {                                                                                                 \
     const ncclResult_t r_ = (call);                                                                    \
-    ENGINE_CHECK(r_ == ncclSuccess, #call << " failed: " << ncclGetErrorString(r_) << " ("            \
-                                          << ncclGetLastError(nullptr) << ")");                        \
+    ENGINE_CHECK(r_ == ncclSuccess, #call << " failed: " << ncclGetErrorString(r_) << last_error());   \
   } while (0)
 #define CUDA_CHECK_NCCL(call)                                                                          \
   do {                                                                                                 \
     const cudaError_t e_ = (call);                                                                     \
     ENGINE_CHECK(e_ == cudaSuccess, #call << " failed: " << cudaGetErrorString(e_));                   \
   } while (0)
+
+// NCCL's own detail, where the library has it (2.13 and later).
+std::string last_error() {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  const char* e = ncclGetLastError(nullptr);
+  return e && *e ? std::string(" (") + e + ")" : std::string();
+#else
+  return {};
+#endif
+}
 
 struct State {
   ncclComm_t comm = nullptr;
@@ -81,9 +91,8 @@ void finalize() {
   g = State{};
 }
 
-void all_reduce_on_compute_stream(void* data, int64_t n, DType t) { all_reduce(data, n, t, kernels::cuda::default_stream()); }
-
 void all_reduce_on_comm_stream(void* data, int64_t n, DType t) {
+  ENGINE_CHECK(g.comm, "NCCL all-reduce before nccl::init");
   // The bucket's gradients were written by kernels queued on the compute stream.
   CUDA_CHECK_NCCL(cudaEventRecord(g.compute_done, kernels::cuda::default_stream()));
   CUDA_CHECK_NCCL(cudaStreamWaitEvent(g.comm_stream, g.compute_done, 0));
@@ -94,6 +103,14 @@ void join_comm_stream() {
   ENGINE_CHECK(g.comm, "NCCL join before nccl::init");
   CUDA_CHECK_NCCL(cudaEventRecord(g.comm_done, g.comm_stream));
   CUDA_CHECK_NCCL(cudaStreamWaitEvent(kernels::cuda::default_stream(), g.comm_done, 0));
+}
+
+// Through the communication stream as well: one communicator's operations must be issued on one
+// stream in one order (NCCL runs them in order; two streams could interleave them differently
+// on different ranks), so the compute stream hands over and waits for the result.
+void all_reduce_on_compute_stream(void* data, int64_t n, DType t) {
+  all_reduce_on_comm_stream(data, n, t);
+  join_comm_stream();
 }
 
 }  // namespace engine::dist::nccl

@@ -19,8 +19,8 @@ void init(const char (&id)[kUniqueIdBytes], int rank, int size, int device);
 bool initialized();
 void finalize();
 
-// Sum across ranks in place, queued on the compute stream (sync-BN statistics: the next
-// kernel needs the result).
+// Sum across ranks in place, in compute-stream order (sync-BN statistics: the next kernel needs
+// the result). It runs on the communication stream, after any gradient buckets queued there.
 void all_reduce_on_compute_stream(void* data, int64_t n, DType t);
 // Sum across ranks in place on the communication stream, after everything queued so far on
 // the compute stream (a gradient bucket, while backward goes on).

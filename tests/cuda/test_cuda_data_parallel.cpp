@@ -17,6 +17,7 @@ using engine::DType;
 using engine::Tensor;
 namespace kg = kernels::cuda;
 namespace kc = kernels::cpu;
+using namespace cuda_test;
 
 namespace {
 const engine::Device kGpu = engine::Device::cuda(0);
@@ -96,10 +97,12 @@ TEMPLATE_TEST_CASE("sync-BN kernels equal their CPU twins", "[cuda]", float, ker
 #ifdef ENGINE_WITH_NCCL
 namespace {
 
+// No conv bias before the batch-norm: its true gradient is zero, so it would only carry rounding
+// noise, which Adam turns into full-size steps of either sign.
 std::shared_ptr<engine::Sequential> small_net() {
   engine::manual_seed(21);
   auto net = std::make_shared<engine::Sequential>();
-  net->add(std::make_shared<engine::Conv2d>(3, 16, 3, 1, 1)).add(std::make_shared<engine::BatchNorm2d>(16));
+  net->add(std::make_shared<engine::Conv2d>(3, 16, 3, 1, 1, false)).add(std::make_shared<engine::BatchNorm2d>(16));
   net->add(std::make_shared<engine::ReLU>()).add(std::make_shared<engine::MaxPool2d>(2));
   net->add(std::make_shared<engine::Flatten>()).add(std::make_shared<engine::Linear>(16 * 8 * 8, 10));
   return net;
@@ -109,7 +112,7 @@ std::vector<double> train_three_steps(bool with_reducer, bool sync_bn) {
   auto net = small_net();
   net->set_compute_dtype(DType::F16);
   net->to(kGpu);
-  engine::Adam opt(net->parameters(), 1e-2);
+  engine::SGD opt(net->parameters(), 0.05, 0.9);
   engine::LossScaler scaler;
   // Small caps: several buckets, the first started while backward still runs.
   std::unique_ptr<engine::dist::GradReducer> reducer;
@@ -157,8 +160,10 @@ TEST_CASE("NCCL with one rank: bucketed all-reduce on its own stream gives the p
   const std::vector<double> reduced = train_three_steps(true, false);
   CHECK(reduced == plain);
   // Sync-BN through NCCL on one rank: the same statistics by the two-pass kernels instead of the
-  // fused Welford ones, so equal within FP16 rounding of the activations (2^-11 relative of the
-  // update, over three Adam steps of lr 1e-2: below 1e-3 absolute on the weights).
+  // fused Welford ones, a few FP32 ulps apart, which move some FP16 activations by one ulp
+  // (2^-11 relative); the gradients follow within about that, and three SGD steps (lr 0.05,
+  // momentum 0.9: at most 0.05 * 2.71 times a gradient difference) keep the weights within
+  // 1e-3 for gradients of order 1 with a margin of several times.
   const std::vector<double> synced = train_three_steps(true, true);
   double worst = 0;
   for (size_t i = 0; i < plain.size(); ++i) worst = std::max(worst, std::fabs(synced[i] - plain[i]));
