@@ -29,10 +29,12 @@ namespace engine::dist {
 namespace {
 
 World g_world;
-bool g_mpi_on = false;    // MPI_Init was called (launched by an MPI launcher)
 double g_timeout = 300;   // seconds per collective
 int g_stderr_copy = 2;    // where abort_job writes (the original stderr on quiet ranks)
 bool g_sync_bn = false;
+
+#ifdef ENGINE_WITH_MPI
+bool g_mpi_on = false;  // MPI_Init was called (launched by an MPI launcher)
 
 [[noreturn]] void fail_collective(const char* what, double waited) {
   char msg[256];
@@ -43,7 +45,6 @@ bool g_sync_bn = false;
   abort_job(msg);
 }
 
-#ifdef ENGINE_WITH_MPI
 // MPI has no 16-bit float type: FP16 and BF16 travel as 16-bit words and these ops add them
 // in FP32, rounding once per pair (a reduction step of MPI's tree).
 template <class T>
@@ -126,6 +127,13 @@ const World& init(int* argc, char*** argv) {
 #else
   (void)argc;
   (void)argv;
+  // Started by mpirun with several processes, a build without MPI would train N separate
+  // copies that overwrite each other's files: refuse instead.
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!size) size = std::getenv("PMI_SIZE");
+  if (size && std::atoi(size) > 1)
+    abort_job("launched as one of " + std::string(size) +
+              " processes, but this build has no MPI (configure with Open MPI installed, ENGINE_MPI=ON)");
 #endif
   return g_world;
 }
