@@ -32,6 +32,7 @@
 #include "models/cli.h"
 #include "models/models.h"
 #include "models/pytorch_weights.h"
+#include "models/train_step.h"
 
 namespace {
 
@@ -46,6 +47,7 @@ struct Config {
   std::string cache = "cache";
   int64_t epochs = 10;
   int64_t batch_size = 256;
+  int64_t accumulate = 1;           // micro-batches per optimizer step
   std::string optimizer = "adam";
   double lr = 1e-3;
   double momentum = 0.9;
@@ -98,6 +100,10 @@ Data:
   --augment               random crop (pad 4) and horizontal flip    [off]
 Optimisation:
   --epochs N              [10]          --batch-size N        [256] (global)
+  --accumulate K          K micro-batches of --batch-size per optimizer step (the effective
+                          batch is K x --batch-size in the memory of one): losses scaled by
+                          each micro-batch's share, gradients summed in the compute copies,
+                          one unscale / inf check / skip / scale update per step  [1]
   --optimizer O           sgd | adam | adamw                         [adam]
   --lr X                  [1e-3]        --momentum X          [0.9] (sgd)
   --nesterov              Nesterov momentum (sgd)
@@ -206,6 +212,7 @@ Config parse_args(int argc, char** argv) {
   valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
   valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
   valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(to_int("--threads", v, 1)); };
+  valued["--accumulate"] = [&](const std::string& v) { c.accumulate = to_int("--accumulate", v, 1); };
   valued["--timeout"] = [&](const std::string& v) { c.timeout = to_double("--timeout", v, 0, true); };
   valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };
   valued["--inspect-numerics"] = [&](const std::string& v) { c.inspect_numerics = to_int("--inspect-numerics", v, 1); };
@@ -382,36 +389,13 @@ std::string default_data_dir() {
 #endif
 }
 
-// ---- one training step: the classic PyTorch AMP loop -------------------------------------
-//   optimizer.zero_grad()
-//   with autocast(): loss = criterion(model(x), y)
-//   scaler.scale(loss).backward()
-//   scaler.unscale_(optimizer); clip_grad_norm_(...)       (when clipping)
-//   scaler.step(optimizer); scaler.update()
-// Data-parallel (DDP): x is this rank's shard; `share` (its fraction of the global batch)
-// seeds backward, so the sum of all ranks' gradients, which the reducer forms in buckets while
-// backward runs, is the gradient of the global batch's mean loss. Every rank then holds the same
-// gradients, so the found-inf check, the skip and the scale update agree without another round.
-// Returns the loss (on the device: reading it is a host wait, so the caller does it only to log).
-Tensor train_step(engine::Module& model, engine::Optimizer& opt, engine::LossScaler& scaler, const Tensor& x,
-                  const Tensor& y, DType compute, double label_smoothing, double clip_grad_norm,
-                  engine::dist::GradReducer* reducer = nullptr, const Tensor& share = Tensor()) {
-  opt.zero_grad();
-  engine::Tape tape;
-  if (reducer) reducer->attach(tape);
-  Tensor loss;
-  {
-    engine::TapeScope record(tape);
-    engine::AutocastScope autocast(compute);                          // conv/linear in FP16/BF16
-    loss = engine::cross_entropy(model(x), y, label_smoothing);       // the loss in FP32
-    tape.backward(scaler.scale(loss), share);                         // backward from loss * scale (* share)
-  }
-  if (reducer) reducer->finish();                                     // the summed gradients, on every rank
-  if (clip_grad_norm > 0) scaler.clip_grad_norm(opt, clip_grad_norm);  // unscales first
-  scaler.step(opt);   // unscale + found-inf check + fused update; skipped on inf/NaN
-  scaler.update();    // back off on overflow, grow after a run of clean steps
-  return loss;
+// Micro-batches of `batch` images in an epoch of n: a last one smaller than the number of ranks
+// would leave a rank without images, so it is dropped.
+int64_t micro_batches_per_epoch(int64_t n, int64_t batch, int64_t ranks) {
+  return n / batch + (n % batch >= ranks ? 1 : 0);
 }
+
+// ---- one training step: models/train_step.h (PyTorch's AMP loop, split at the micro-batch) ----
 
 // ---- data --------------------------------------------------------------------------------
 struct Data {
@@ -497,6 +481,11 @@ void resume(const Config& cfg, Training& t) {
     t.scaler->load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
                           ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
     t.step = ck.get_int("step");
+    // Steps are counted in optimizer steps of `accumulate` micro-batches: another K would
+    // resume at another image. (Checkpoints are written between steps, never inside one.)
+    const int64_t saved_k = ck.meta.count("accumulate") ? ck.get_int("accumulate") : 1;
+    ENGINE_CHECK(saved_k == cfg.accumulate, "checkpoint " << cfg.resume << " was trained with --accumulate " << saved_k
+                                                          << ", not " << cfg.accumulate);
   }
   std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(t.step));
 }
@@ -523,6 +512,7 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   ck.meta["precision"] = cfg.precision;
   ck.meta["seed"] = std::to_string(cfg.seed);
   ck.set_int("batch_size", cfg.batch_size);
+  ck.set_int("accumulate", cfg.accumulate);
   ck.meta["classes"] = models::join_class_names(class_names);
   engine::save_checkpoint(path, ck);
   engine::dist::barrier("checkpoint written by rank 0");
@@ -565,8 +555,9 @@ struct StepWatch {
   std::vector<NumericsRow> rows;
   double scale = 1;
   bool inspect = false;
+  engine::NumericsHooks* t_hooks = nullptr;
 
-  StepWatch(const Config& cfg, Training& t) {
+  StepWatch(const Config& cfg, Training& t) : t_hooks(&t.hooks) {
     inspect = cfg.inspect_numerics > 0 && t.step % cfg.inspect_numerics == 0;
     if (!inspect && cfg.detect_anomaly.empty()) return;  // the usual step: nothing installed
     scale = t.scaler->current_scale();  // a host read on the GPU: only on watched steps
@@ -587,6 +578,12 @@ struct StepWatch {
         rows.push_back({name, d.substr(0, d.find('(')), engine::dtype_name(y.dtype()), 1.0});
       };
     scope.emplace(h);
+  }
+
+  // With --accumulate, the table shows the first micro-batch's activations (and the step's
+  // gradients); anomaly checks go on through every micro-batch.
+  void first_micro_batch_done() {
+    if (inspect) t_hooks->on_layer_output = nullptr;
   }
 
   // After the step: the gradients (still scaled: the fused update unscales as it reads them),
@@ -658,39 +655,63 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
   const auto t0 = std::chrono::steady_clock::now();
   engine::LossScaler& scaler = *t.scaler;
   const int64_t ranks = engine::dist::world().size, rank = engine::dist::world().rank;
-  Tensor share;  // this rank's share of the batch as backward's seed (data-parallel only)
-  double share_value = 0;
+  const int64_t k = cfg.accumulate, batches = micro_batches_per_epoch(train.size(), cfg.batch_size, ranks);
+  // Each micro-batch's share of the step's images seeds its backward (undefined: 1, the plain
+  // one-process, one-micro-batch step). Shares change only in an epoch's short last step.
+  std::map<double, Tensor> shares;
+  auto share_tensor = [&](double v) -> Tensor {
+    if (v == 1.0) return Tensor();
+    auto it = shares.find(v);
+    if (it == shares.end()) it = shares.emplace(v, Tensor::full({1}, v, DType::F32, device)).first;
+    return it->second;
+  };
   for (int64_t i = t.step % steps_per_epoch; i < steps_per_epoch && t.step < total_steps; ++i) {
-    const int64_t begin = i * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
-    // This rank's shard of the global batch: contiguous, near-equal, never empty (run() drops
-    // a last batch smaller than the number of ranks). Augmentation draws depend on the image,
-    // not the rank, so the ranks together see what one process would.
-    const int64_t lo = begin + b * rank / ranks, n = begin + b * (rank + 1) / ranks - lo;
-    Tensor x = n == x_buf.dim(0) ? x_buf : x_buf.slice0(0, n);
-    Tensor y = n == y_buf.dim(0) ? y_buf : y_buf.slice0(0, n);
-    engine::make_batch(train.images, train.labels, order_dev.slice0(lo, lo + n), cfg.augment, aug, cfg.seed,
-                       static_cast<uint64_t>(epoch), x, y);
-    if (ranks > 1 && share_value != double(n) / double(b)) {  // changes only for a short last batch
-      share_value = double(n) / double(b);
-      share = Tensor::full({1}, share_value, DType::F32, device);
-    }
-    engine::set_batch_offset(lo - begin);
+    // Optimizer step i takes micro-batches [i*k, min((i+1)*k, batches)) of the epoch's order.
+    const int64_t first = i * k, last = std::min(first + k, batches);
+    const int64_t step_begin = first * cfg.batch_size;
+    const int64_t step_images = std::min(last * cfg.batch_size, train.size()) - step_begin;
     t.opt->lr = lr_at(t.step);
     StepWatch watch(cfg, t);
-    const Tensor loss = train_step(*t.model, *t.opt, scaler, x, y, compute, cfg.label_smoothing, cfg.clip_grad_norm,
-                                   t.reducer.get(), share);
+    t.opt->zero_grad();
+    Tensor loss;        // the step's mean loss on this rank's images, on the device
+    double share_sum = 0;  // this rank's part of the step's images
+    for (int64_t m = first; m < last; ++m) {
+      const int64_t begin = m * cfg.batch_size, b = std::min(cfg.batch_size, train.size() - begin);
+      // This rank's shard of the global micro-batch: contiguous, near-equal, never empty (a
+      // last batch smaller than the number of ranks is dropped). Augmentation draws depend on
+      // the image, not the rank, so the ranks together see what one process would.
+      const int64_t lo = begin + b * rank / ranks, n = begin + b * (rank + 1) / ranks - lo;
+      Tensor x = n == x_buf.dim(0) ? x_buf : x_buf.slice0(0, n);
+      Tensor y = n == y_buf.dim(0) ? y_buf : y_buf.slice0(0, n);
+      engine::make_batch(train.images, train.labels, order_dev.slice0(lo, lo + n), cfg.augment, aug, cfg.seed,
+                         static_cast<uint64_t>(epoch), x, y);
+      engine::set_batch_offset(lo - begin);
+      const double share = double(n) / double(step_images);
+      // Gradients add up locally; the reducer sums them across ranks once, in the last backward.
+      const Tensor micro_loss = models::forward_backward(*t.model, scaler, x, y, compute, cfg.label_smoothing,
+                                                         share_tensor(share), m == last - 1 ? t.reducer.get() : nullptr);
+      if (m == first) watch.first_micro_batch_done();
+      {
+        engine::NoGradScope no_grad;
+        const Tensor part = share == 1.0 ? micro_loss : engine::scale(micro_loss, share);
+        loss = loss.defined() ? engine::add(loss, part) : part;
+      }
+      share_sum += share;
+      r.images += n;
+    }
+    models::optimizer_step(*t.opt, scaler, cfg.clip_grad_norm);
     ++t.step;
     watch.report(cfg, t, jlog);
-    r.images += n;
     const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
     // The live progress line on a terminal, ten times per log interval: reading the loss
     // and scale is a host sync on a GPU, so never on every step.
     const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
     if (!log_now && !progress) continue;
-    double l = loss.item();
+    double l = loss.item();  // sum of share * loss over this rank's micro-batches
     if (log_now && ranks > 1) {  // the global batch's mean loss (every rank logs at the same steps)
-      l *= share_value;
       engine::dist::all_reduce_sum(&l, 1, "loss for the log");
+    } else if (ranks > 1) {
+      l /= share_sum;  // the progress line: this rank's own mean
     }
     r.loss_sum += l;
     ++r.loss_count;
@@ -822,7 +843,7 @@ int run(const Config& cfg) {
   }
   // A last batch smaller than the number of ranks would leave a rank without images: dropped.
   const int64_t steps_per_epoch =
-      data.train.size() / cfg.batch_size + (data.train.size() % cfg.batch_size >= world.size ? 1 : 0);
+      (micro_batches_per_epoch(data.train.size(), cfg.batch_size, world.size) + cfg.accumulate - 1) / cfg.accumulate;
   const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
                                                 : steps_per_epoch * cfg.epochs;
   std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
@@ -832,6 +853,10 @@ int run(const Config& cfg) {
               static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
               static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),
               cfg.lr);
+  if (cfg.accumulate > 1)
+    std::printf("gradient accumulation: %lld micro-batches of %lld per optimizer step (effective batch %lld)\n",
+                static_cast<long long>(cfg.accumulate), static_cast<long long>(cfg.batch_size),
+                static_cast<long long>(cfg.accumulate * cfg.batch_size));
   if (world.size > 1) {
     std::printf("data-parallel: %d ranks (%d on this machine), %lld images each per step, gradients summed in %zu "
                 "buckets (%s per step)%s\n",

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The trainer under mpirun with 2 ranks on the CPU: a checkpointed and resumed run equals an
-# uninterrupted one bit for bit, a rank that cannot read its data ends the job with an error
+# The trainer under mpirun with 2 ranks on the CPU: a checkpointed and resumed run (with
+# gradient accumulation) equals an uninterrupted one bit for bit, a rank that cannot read its data ends the job with an error
 # naming the rank within seconds, and bad data-parallel flags are refused.
 # usage: data_parallel.sh MPIRUN TRAINER WORKDIR
 set -euo pipefail
 MPIRUN=$1 TRAINER=$2 WORK=$3
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 run2() { "$MPIRUN" --oversubscribe -np 2 "$TRAINER" "$@"; }
-COMMON=(--synthetic --synthetic-size 600 --batch-size 64 --epochs 2 --precision fp16 --optimizer adam --threads 1
-        --log-every 5)
+# With 2 micro-batches per step: the reducer then runs in every second backward only.
+COMMON=(--synthetic --synthetic-size 600 --batch-size 64 --accumulate 2 --epochs 2 --precision fp16 --optimizer adam
+        --threads 1 --log-every 5)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-echo "== an uninterrupted 2-rank run (2 epochs, 10 steps each)"
+echo "== an uninterrupted 2-rank run (2 epochs of 10 micro-batches, 5 steps)"
 run2 "${COMMON[@]}" --checkpoint full.ck > full.log
 grep -q "data-parallel: 2 ranks" full.log || fail "no data-parallel line"
 grep -q "images/s in all over 2 ranks" full.log || fail "no per-rank and total images/s"

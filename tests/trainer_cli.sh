@@ -64,6 +64,22 @@ common=(--device cpu --synthetic --synthetic-size 600 --batch-size 64 --epochs 3
 "$trainer" "${common[@]}" --max-steps 14 --resume "$work/part.ckpt" --checkpoint "$work/resumed.ckpt" >/dev/null 2>&1 || fail "resumed half"
 if cmp -s "$work/straight.ckpt" "$work/resumed.ckpt"; then pass "resume is bit-identical"; else fail "resumed checkpoint differs"; fi
 
+# Gradient accumulation: 3 micro-batches per step (600 images: 10 micro-batches, so 4 steps an
+# epoch, the last of one micro-batch); stopped at step 3 and resumed it equals a straight run,
+# and a checkpoint of another K is refused.
+acc=(--device cpu --synthetic --synthetic-size 600 --batch-size 64 --accumulate 3 --epochs 2 --seed 7 --log-every 1000
+     --threads 2)
+out=$("$trainer" "${acc[@]}" --checkpoint "$work/acc_straight.ckpt" 2>&1) || fail "accumulate straight run"
+if grep -q "effective batch 192" <<<"$out" && grep -q "Step \[4/4\]" <<<"$out"; then pass "--accumulate 3: 4 steps an epoch"
+else fail "--accumulate 3 output: $out"; fi
+"$trainer" "${acc[@]}" --max-steps 3 --checkpoint "$work/acc_part.ckpt" >/dev/null 2>&1 || fail "accumulate first half"
+"$trainer" "${acc[@]}" --resume "$work/acc_part.ckpt" --checkpoint "$work/acc_resumed.ckpt" >/dev/null 2>&1 ||
+  fail "accumulate resumed half"
+if cmp -s "$work/acc_straight.ckpt" "$work/acc_resumed.ckpt"; then pass "--accumulate resume is bit-identical"
+else fail "--accumulate resumed checkpoint differs"; fi
+expect 1 "was trained with --accumulate 3, not 2" -- "${acc[@]}" --accumulate 2 --resume "$work/acc_part.ckpt"
+expect 2 "--accumulate expects an integer >= 1" -- --accumulate 0
+
 # A truncated or altered checkpoint is refused.
 head -c 1000 "$work/straight.ckpt" >"$work/truncated.ckpt"
 expect 1 "truncated" -- "${common[@]}" --resume "$work/truncated.ckpt"

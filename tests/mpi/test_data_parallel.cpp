@@ -16,6 +16,8 @@
 #include "engine/optim.h"
 #include "engine/random.h"
 #include "kernels/philox.h"
+#include "models/train_step.h"
+#include "tests/small_nets.h"
 
 namespace {
 
@@ -25,42 +27,8 @@ namespace dist = engine::dist;
 
 constexpr int64_t kBatch = 128;  // global batch: 64 per rank with 2 ranks
 
-std::shared_ptr<engine::Sequential> make_net(bool batch_norm, bool dropout) {
-  engine::manual_seed(7);  // the same initial weights on every rank and for the reference
-  auto net = std::make_shared<engine::Sequential>();
-  net->add(std::make_shared<engine::Conv2d>(3, 8, 3, 1, 1));
-  if (batch_norm) net->add(std::make_shared<engine::BatchNorm2d>(8));
-  net->add(std::make_shared<engine::ReLU>()).add(std::make_shared<engine::MaxPool2d>(2));
-  net->add(std::make_shared<engine::Flatten>());
-  if (dropout) net->add(std::make_shared<engine::Dropout>(0.25));
-  net->add(std::make_shared<engine::Linear>(8 * 4 * 4, 10));
-  return net;
-}
-
-// FP64 masters, values and batch-norm statistics: summation order is then the only difference.
-void to_f64(engine::Module& m) {
-  for (auto& p : m.parameters()) {
-    Tensor d = Tensor::from_vector(p->master.to_vector(), p->master.shape(), DType::F64);
-    d.set_requires_grad(true);
-    p->master = d;
-    p->value = d;
-  }
-  for (auto& [path, mod] : m.named_modules())
-    if (auto* bn = dynamic_cast<engine::BatchNorm2d*>(mod)) {
-      bn->running_mean = Tensor::from_vector(bn->running_mean.to_vector(), bn->running_mean.shape(), DType::F64);
-      bn->running_var = Tensor::from_vector(bn->running_var.to_vector(), bn->running_var.shape(), DType::F64);
-    }
-}
-
-struct Batch { Tensor x, y; };
-// The global batch of `step`, identical on every rank: images [kBatch, 8, 8, 3], labels.
-Batch global_batch(int step, DType dtype) {
-  std::vector<double> v(static_cast<size_t>(kBatch * 8 * 8 * 3));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 2 * kernels::philox_uniform(11, static_cast<uint64_t>(step), i) - 1;
-  std::vector<int32_t> labels(static_cast<size_t>(kBatch));
-  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>((i * 7 + step) % 10);
-  return {Tensor::from_vector(v, {kBatch, 8, 8, 3}, dtype), Tensor::from_ints(labels, {kBatch})};
-}
+using small_nets::masters;
+using small_nets::grads;
 
 struct Run {
   std::shared_ptr<engine::Sequential> net;
@@ -74,8 +42,8 @@ Run make_run(const char* optimizer, DType compute, bool batch_norm, bool dropout
              size_t bucket_bytes = 25u << 20, size_t first_bucket_bytes = 1u << 20) {
   Run r;
   r.compute = compute;
-  r.net = make_net(batch_norm, dropout);
-  if (compute == DType::F64) to_f64(*r.net);
+  r.net = small_nets::conv_net(batch_norm, dropout);
+  if (compute == DType::F64) small_nets::to_f64(*r.net);
   else r.net->set_compute_dtype(compute);
   if (std::string(optimizer) == "sgd")
     r.opt = std::make_unique<engine::SGD>(r.net->parameters(), 0.1, 0.9);
@@ -96,7 +64,7 @@ Run make_run(const char* optimizer, DType compute, bool batch_norm, bool dropout
 // rank's shard and seeds backward with its share; with reduce = false it keeps its own partial
 // gradients (nothing is sent). `poison` multiplies the seed: a huge one overflows FP16.
 void backward(Run& r, int s, bool sync_bn = false, double poison = 1.0, bool reduce = true) {
-  const Batch b = global_batch(s, r.compute == DType::F64 ? DType::F64 : DType::F32);
+  const small_nets::Batch b = small_nets::batch(s, kBatch, r.compute == DType::F64 ? DType::F64 : DType::F32);
   const int64_t ranks = r.reducer ? dist::world().size : 1, rank = r.reducer ? dist::world().rank : 0;
   const int64_t lo = kBatch * rank / ranks, hi = kBatch * (rank + 1) / ranks;
   Tensor x = b.x.slice0(lo, hi), y = b.y.slice0(lo, hi);
@@ -104,43 +72,19 @@ void backward(Run& r, int s, bool sync_bn = false, double poison = 1.0, bool red
   engine::set_batch_offset(lo);
   dist::set_sync_batch_norm(sync_bn && r.reducer);
   r.opt->zero_grad();
-  engine::Tape tape;
-  if (r.reducer && reduce) r.reducer->attach(tape);
-  {
-    engine::TapeScope rec(tape);
-    engine::AutocastScope ac(r.compute);
-    Tensor loss = engine::cross_entropy((*r.net)(x), y);
-    const double share = static_cast<double>(hi - lo) / kBatch * poison;
-    tape.backward(r.scaler->scale(loss), Tensor::full({1}, share, loss.dtype()));
-  }
-  if (r.reducer && reduce) r.reducer->finish();
+  const double share = static_cast<double>(hi - lo) / kBatch * poison;
+  models::forward_backward(*r.net, *r.scaler, x, y, r.compute, 0.0,
+                           Tensor::full({1}, share, r.compute == DType::F64 ? DType::F64 : DType::F32),
+                           reduce ? r.reducer.get() : nullptr);
   dist::set_sync_batch_norm(false);
   engine::set_batch_offset(0);
 }
 
 void step(Run& r, int s, bool sync_bn = false, double poison = 1.0) {
   backward(r, s, sync_bn, poison);
-  r.scaler->step(*r.opt);
-  r.scaler->update();
+  models::optimizer_step(*r.opt, *r.scaler, 0.0);
 }
 
-std::vector<double> grads(const engine::Module& m) {
-  std::vector<double> out;
-  for (const auto& p : m.parameters()) {
-    const auto v = p->grad().to_vector();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-std::vector<double> masters(const engine::Module& m) {
-  std::vector<double> out;
-  for (const auto& p : m.parameters()) {
-    const auto v = p->master.to_vector();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;
@@ -199,7 +143,7 @@ TEST_CASE("data-parallel FP64 steps equal one process at the global batch", "[mp
   lone.reducer.reset();
   for (int s = 0; s < 2; ++s) step(ref, s);
   for (int s = 0; s < 2; ++s) {
-    const Batch b = global_batch(s, DType::F64);
+    const small_nets::Batch b = small_nets::batch(s, kBatch, DType::F64);
     const int64_t half = kBatch / 2, lo = dist::world().rank * half;
     lone.opt->zero_grad();
     engine::Tape tape;

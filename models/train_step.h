@@ -1,0 +1,39 @@
+// One training step, as PyTorch's AMP loop, and its gradient-accumulation form: the pieces the
+// trainer drives and the tests call directly.
+#pragma once
+
+#include "engine/amp.h"
+#include "engine/distributed.h"
+#include "engine/nn.h"
+#include "engine/optim.h"
+
+namespace models {
+
+// One micro-batch: forward under autocast (conv/linear in `compute`, the loss in FP32) and
+// backward from loss * scale * share, where `share` (a 1-element FP32 tensor, or undefined for
+// 1) is this micro-batch's fraction of the images the optimizer step averages over. Gradients
+// add up in each parameter's compute copy until the optimizer step. With a reducer (data-
+// parallel, the step's last micro-batch only) the summed gradients are on every rank after it.
+// Returns the micro-batch's mean loss (on the device: reading it is a host wait).
+engine::Tensor forward_backward(engine::Module& model, engine::LossScaler& scaler, const engine::Tensor& x,
+                                const engine::Tensor& y, engine::DType compute, double label_smoothing,
+                                const engine::Tensor& share = engine::Tensor(),
+                                engine::dist::GradReducer* reducer = nullptr);
+
+// After the step's last micro-batch: unscale (and clip when clip_grad_norm > 0), the fused
+// update or, when any gradient holds inf/NaN, nothing at all; then the scale's backoff/growth.
+// Once per optimizer step however many micro-batches it took.
+void optimizer_step(engine::Optimizer& opt, engine::LossScaler& scaler, double clip_grad_norm);
+
+// The classic loop in one call (one micro-batch):
+//   optimizer.zero_grad()
+//   with autocast(): loss = criterion(model(x), y)
+//   scaler.scale(loss).backward()
+//   scaler.unscale_(optimizer); clip_grad_norm_(...)       (when clipping)
+//   scaler.step(optimizer); scaler.update()
+engine::Tensor train_step(engine::Module& model, engine::Optimizer& opt, engine::LossScaler& scaler,
+                          const engine::Tensor& x, const engine::Tensor& y, engine::DType compute,
+                          double label_smoothing, double clip_grad_norm, const engine::Tensor& share = engine::Tensor(),
+                          engine::dist::GradReducer* reducer = nullptr);
+
+}  // namespace models
