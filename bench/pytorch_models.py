@@ -69,6 +69,17 @@ def basic_block(cin, cout, stride):
     return nn.Sequential(Residual(body, shortcut), nn.ReLU())
 
 
+def bottleneck(cin, width, stride):
+    out = 4 * width
+    body = nn.Sequential(nn.Conv2d(cin, width, 1, 1, 0, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                         nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                         nn.Conv2d(width, out, 1, 1, 0, bias=False), nn.BatchNorm2d(out))
+    shortcut = None
+    if stride != 1 or cin != out:
+        shortcut = nn.Sequential(nn.Conv2d(cin, out, 1, stride, 0, bias=False), nn.BatchNorm2d(out))
+    return nn.Sequential(Residual(body, shortcut), nn.ReLU())
+
+
 def simplecnn(classes=10):
     return SimpleCNN(classes)
 
@@ -93,7 +104,17 @@ def resnet18(classes=10):
     return nn.Sequential(*mods)
 
 
-MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18}
+def resnet50(classes=10):
+    mods, cin = [conv_bn_relu(3, 64)], 64
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+        for b in range(blocks):
+            mods.append(bottleneck(cin, width, 2 if b == 0 and stage > 0 else 1))
+            cin = 4 * width
+    mods += [GlobalAvgPool(), nn.Linear(2048, classes)]
+    return nn.Sequential(*mods)
+
+
+MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18, "resnet50": resnet50}
 
 
 def to_input(images_u8_nhwc):

@@ -45,8 +45,55 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p->value.zero_grad();
 }
 
+const char* state_format_name(StateFormat f) {
+  switch (f) {
+    case StateFormat::F32: return "fp32";
+    case StateFormat::BF16: return "bf16";
+    case StateFormat::Int8: return "int8";
+  }
+  return "?";
+}
+
+StateFormat parse_state_format(const std::string& s) {
+  for (StateFormat f : {StateFormat::F32, StateFormat::BF16, StateFormat::Int8})
+    if (s == state_format_name(f)) return f;
+  ENGINE_FAIL("optimizer state format must be fp32, bf16 or int8, got '" << s << "'");
+}
+
+void Optimizer::set_state_format(StateFormat f) {
+  ENGINE_CHECK(steps_ == 0 && !dev_, "optimizer: set the state format before the first step");
+  if (f != StateFormat::F32) {
+    for (auto& p : params_)
+      ENGINE_CHECK(p->master.dtype() == DType::F32,
+                   "optimizer: " << state_format_name(f) << " state needs f32 masters, '" << p->name << "' is "
+                                 << p->master.desc());
+    ENGINE_CHECK(!on_cuda(), "optimizer: " << state_format_name(f)
+                                           << " state runs on the CPU only so far (its CUDA kernel is not written "
+                                              "yet); use --optimizer-state fp32 on the GPU");
+  }
+  format_ = f;
+}
+
 Tensor Optimizer::state_like(const Parameter& p) const {
-  Tensor t = Tensor::empty(p.master.shape(), p.master.dtype(), p.master.device(), MemKind::OptimizerState);
+  Tensor t;
+  switch (format_) {
+    case StateFormat::F32:
+      t = Tensor::empty(p.master.shape(), p.master.dtype(), p.master.device(), MemKind::OptimizerState);
+      break;
+    case StateFormat::BF16:
+      t = Tensor::empty(p.master.shape(), DType::BF16, p.master.device(), MemKind::OptimizerState);
+      break;
+    case StateFormat::Int8:
+      t = Tensor::empty({p.master.numel()}, DType::U8, p.master.device(), MemKind::OptimizerState);
+      break;
+  }
+  t.zero();  // zero codes decode to 0 whatever the absmax
+  return t;
+}
+
+Tensor Optimizer::absmax_like(const Parameter& p) const {
+  const int64_t blocks = (p.master.numel() + kernels::kQuantBlock - 1) / kernels::kQuantBlock;
+  Tensor t = Tensor::empty({blocks}, DType::F32, p.master.device(), MemKind::OptimizerState);
   t.zero();
   return t;
 }
@@ -172,32 +219,47 @@ cuda::OptimizerPlan& Optimizer::device_plan() {
   return *dev_->plan;
 }
 
-void Optimizer::save_state(StateDict& out) const { out.set_int("optim/steps", steps()); }
+void Optimizer::save_state(StateDict& out) const {
+  out.set_int("optim/steps", steps());
+  out.meta["optim/state_format"] = state_format_name(format_);
+}
 
 void Optimizer::load_state(const StateDict& in) {
   ENGINE_CHECK(in.meta.count("optim/steps"), "checkpoint has no optimizer state");
+  const std::string saved = in.meta.count("optim/state_format") ? in.get("optim/state_format") : "fp32";
+  ENGINE_CHECK(saved == state_format_name(format_), "the checkpoint's optimizer state is " << saved << ", not "
+                                                        << state_format_name(format_) << " (--optimizer-state)");
   steps_ = in.get_int("optim/steps");
   sync_steps_to_device();
 }
 
-namespace {
-// Saves the defined tensors of a per-parameter state list as optim/<i>/<what>.
-void save_list(StateDict& out, const std::vector<Tensor>& list, const char* what) {
+void Optimizer::save_list(StateDict& out, const std::vector<Tensor>& list, const char* what) const {
   for (size_t i = 0; i < list.size(); ++i)
     if (list[i].defined()) out.put("optim/" + std::to_string(i) + "/" + what, list[i]);
 }
+
 // Loads what the checkpoint has; state the checkpoint lacks stays undefined (not yet created).
-void load_list(const StateDict& in, std::vector<Tensor>& list, const char* what, const std::vector<ParamPtr>& params,
-               MemKind kind) {
+void Optimizer::load_list(const StateDict& in, std::vector<Tensor>& list, const char* what, bool absmax) const {
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string name = "optim/" + std::to_string(i) + "/" + what;
     if (!in.tensors.count(name)) {
       list[i] = Tensor();
       continue;
     }
-    const Tensor& master = params[i]->master;
-    list[i] = Tensor::empty(master.shape(), master.dtype(), master.device(), kind);
+    list[i] = absmax ? absmax_like(*params_[i]) : state_like(*params_[i]);
     load_into(list[i], in, name);
+  }
+}
+
+namespace {
+// The compact-state codec of a state tensor (BF16 values, or Int8 codes with their absmax).
+template <class Body> void with_codec(StateFormat f, bool is_signed, Tensor& state, Tensor& absmax, Body body) {
+  if (f == StateFormat::BF16) {
+    body(kc::Bf16State{state.data<bfloat16>()});
+  } else if (is_signed) {
+    body(kc::Int8SignedState{state.data<uint8_t>(), absmax.data<float>()});
+  } else {
+    body(kc::Int8UnsignedState{state.data<uint8_t>(), absmax.data<float>()});
   }
 }
 }  // namespace
@@ -222,7 +284,7 @@ template <class Body> void dispatch_update(Parameter& p, const Tensor& g, Body b
 SGD::SGD(std::vector<ParamPtr> params, double lr_, double momentum_, double weight_decay_, bool nesterov_,
          double dampening_)
     : Optimizer(std::move(params), lr_), momentum(momentum_), weight_decay(weight_decay_), dampening(dampening_),
-      nesterov(nesterov_), momentum_buffers(params_.size()) {
+      nesterov(nesterov_), momentum_buffers(params_.size()), momentum_absmax(params_.size()) {
   ENGINE_CHECK(momentum >= 0 && weight_decay >= 0, "SGD: momentum and weight decay must be >= 0");
   ENGINE_CHECK(!nesterov || (momentum > 0 && dampening == 0), "SGD: Nesterov needs momentum > 0 and no dampening");
 }
@@ -230,11 +292,13 @@ SGD::SGD(std::vector<ParamPtr> params, double lr_, double momentum_, double weig
 void SGD::save_state(StateDict& out) const {
   Optimizer::save_state(out);
   save_list(out, momentum_buffers, "momentum");
+  if (format_ == StateFormat::Int8) save_list(out, momentum_absmax, "momentum_absmax");
 }
 
 void SGD::load_state(const StateDict& in) {
   Optimizer::load_state(in);
-  load_list(in, momentum_buffers, "momentum", params_, MemKind::OptimizerState);
+  load_list(in, momentum_buffers, "momentum", false);
+  if (format_ == StateFormat::Int8) load_list(in, momentum_absmax, "momentum_absmax", true);
 }
 
 kernels::SgdConfig SGD::config() const {
@@ -250,8 +314,21 @@ kernels::SgdConfig SGD::config() const {
 void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
   const kernels::SgdConfig c = config();
   const bool first = momentum > 0 && !momentum_buffers[i].defined();
-  if (first) momentum_buffers[i] = state_like(p);
+  if (first) {
+    momentum_buffers[i] = state_like(p);
+    if (format_ == StateFormat::Int8) momentum_absmax[i] = absmax_like(p);
+  }
   Tensor& buf = momentum_buffers[i];
+  if (format_ != StateFormat::F32 && buf.defined()) {
+    dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
+      using P = std::remove_pointer_t<decltype(master)>;
+      if constexpr (std::is_same_v<P, float>)
+        with_codec(format_, true, buf, momentum_absmax[i], [&](auto codec) {
+          kc::sgd_step_blocks(g.numel(), grad, static_cast<float>(inv_scale), master, codec, copy, first, c);
+        });
+    });
+    return;
+  }
   dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
     using P = std::remove_pointer_t<decltype(master)>;
     kc::sgd_step(g.numel(), grad, static_cast<P>(inv_scale), master, buf.defined() ? buf.data<P>() : nullptr, copy,
@@ -277,7 +354,8 @@ void SGD::device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const
 Adam::Adam(std::vector<ParamPtr> params, double lr_, double beta1_, double beta2_, double eps_, double weight_decay_,
            bool decoupled_)
     : Optimizer(std::move(params), lr_), beta1(beta1_), beta2(beta2_), eps(eps_), weight_decay(weight_decay_),
-      decoupled(decoupled_), exp_avg(params_.size()), exp_avg_sq(params_.size()) {
+      decoupled(decoupled_), exp_avg(params_.size()), exp_avg_sq(params_.size()), exp_avg_absmax(params_.size()),
+      exp_avg_sq_absmax(params_.size()) {
   ENGINE_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "Adam: betas must be in [0, 1)");
   ENGINE_CHECK(eps > 0 && weight_decay >= 0, "Adam: eps must be > 0 and weight decay >= 0");
 }
@@ -286,12 +364,20 @@ void Adam::save_state(StateDict& out) const {
   Optimizer::save_state(out);
   save_list(out, exp_avg, "exp_avg");
   save_list(out, exp_avg_sq, "exp_avg_sq");
+  if (format_ == StateFormat::Int8) {
+    save_list(out, exp_avg_absmax, "exp_avg_absmax");
+    save_list(out, exp_avg_sq_absmax, "exp_avg_sq_absmax");
+  }
 }
 
 void Adam::load_state(const StateDict& in) {
   Optimizer::load_state(in);
-  load_list(in, exp_avg, "exp_avg", params_, MemKind::OptimizerState);
-  load_list(in, exp_avg_sq, "exp_avg_sq", params_, MemKind::OptimizerState);
+  load_list(in, exp_avg, "exp_avg", false);
+  load_list(in, exp_avg_sq, "exp_avg_sq", false);
+  if (format_ == StateFormat::Int8) {
+    load_list(in, exp_avg_absmax, "exp_avg_absmax", true);
+    load_list(in, exp_avg_sq_absmax, "exp_avg_sq_absmax", true);
+  }
 }
 
 kernels::AdamConfig Adam::config() const {
@@ -312,8 +398,24 @@ void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
   if (!exp_avg[i].defined()) {
     exp_avg[i] = state_like(p);
     exp_avg_sq[i] = state_like(p);
+    if (format_ == StateFormat::Int8) {
+      exp_avg_absmax[i] = absmax_like(p);
+      exp_avg_sq_absmax[i] = absmax_like(p);
+    }
   }
   const kernels::AdamConfig c = config();
+  if (format_ != StateFormat::F32) {
+    dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
+      using P = std::remove_pointer_t<decltype(master)>;
+      if constexpr (std::is_same_v<P, float>)
+        with_codec(format_, true, exp_avg[i], exp_avg_absmax[i], [&](auto m) {
+          with_codec(format_, false, exp_avg_sq[i], exp_avg_sq_absmax[i], [&](auto v) {
+            kc::adam_step_blocks(g.numel(), grad, static_cast<float>(inv_scale), master, m, v, copy, c);
+          });
+        });
+    });
+    return;
+  }
   dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
     using P = std::remove_pointer_t<decltype(master)>;
     kc::adam_step(g.numel(), grad, static_cast<P>(inv_scale), master, exp_avg[i].data<P>(), exp_avg_sq[i].data<P>(),

@@ -2,6 +2,7 @@
 // State is FP32 (like the masters); each step is one fused pass per parameter.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/checkpoint.h"
@@ -13,6 +14,14 @@ namespace engine {
 namespace cuda {
 class OptimizerPlan;
 }
+
+// How the optimizer's state (momentum, Adam's moments) is stored (--optimizer-state): FP32, as
+// PyTorch; BF16, half the bytes with 8 bits of precision; or Int8, block-wise quantised codes
+// with one FP32 absmax per 256 values (kernels/quant_math.h), about a quarter of FP32's bytes.
+// The update itself runs in FP32 whatever the storage, and the FP32 masters stay.
+enum class StateFormat { F32, BF16, Int8 };
+const char* state_format_name(StateFormat f);        // "fp32", "bf16", "int8"
+StateFormat parse_state_format(const std::string& s);  // the names above; an error otherwise
 
 // What a step did. On the CPU the host knows at once. On a CUDA device the update is only
 // queued: the device skips it when the found-inf flag is set, and the host learns which by
@@ -47,6 +56,9 @@ class Optimizer {
   // *sq_sum (device FP64) = grad_sq_norm(*inv_scale), for clipping on the device.
   void grad_sq_norm_device(const float* inv_scale, double* sq_sum);
   bool on_cuda() const;
+  // Before the first step (the state does not exist yet); BF16 and Int8 need FP32 masters.
+  void set_state_format(StateFormat f);
+  StateFormat state_format() const { return format_; }
   void zero_grad();
   int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
   const std::vector<ParamPtr>& params() const { return params_; }
@@ -61,7 +73,13 @@ class Optimizer {
  protected:
   // Updates parameter i; `g` is its gradient, already checked finite.
   virtual void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) = 0;
-  Tensor state_like(const Parameter& p) const;  // zeros shaped like the master, FP32, counted as optimizer state
+  // Zeroed state for p in this optimizer's format, counted as optimizer state: like the master
+  // (FP32), its shape in BF16, or one code byte per element (Int8) with absmax_like beside it.
+  Tensor state_like(const Parameter& p) const;
+  Tensor absmax_like(const Parameter& p) const;  // Int8: FP32 [ceil(n / 256)]
+  // Checkpoint helpers: the list as optim/<i>/<what>; loading makes each tensor as `make` does.
+  void save_list(StateDict& out, const std::vector<Tensor>& list, const char* what) const;
+  void load_list(const StateDict& in, std::vector<Tensor>& list, const char* what, bool absmax) const;
   // CUDA: creates every state tensor and gradient up front (the launch plan holds pointers).
   virtual void ensure_state() = 0;
   // CUDA: per parameter, the state pointers the multi-tensor kernels update.
@@ -73,6 +91,7 @@ class Optimizer {
   cuda::OptimizerPlan& device_plan();  // the plan over the stepped parameters, up to date
 
   std::vector<ParamPtr> params_;
+  StateFormat format_ = StateFormat::F32;
   int64_t steps_ = 0;
   bool last_skipped_ = false;
   std::shared_ptr<DeviceState> dev_;
@@ -85,6 +104,7 @@ class SGD : public Optimizer {
   double momentum, weight_decay, dampening;
   bool nesterov;
   std::vector<Tensor> momentum_buffers;  // undefined until the first step (or without momentum)
+  std::vector<Tensor> momentum_absmax;   // Int8 state: one FP32 scale per 256 values
   void save_state(StateDict& out) const override;
   void load_state(const StateDict& in) override;
   kernels::SgdConfig config() const;
@@ -105,6 +125,7 @@ class Adam : public Optimizer {
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
   std::vector<Tensor> exp_avg, exp_avg_sq;
+  std::vector<Tensor> exp_avg_absmax, exp_avg_sq_absmax;  // Int8 state: one FP32 scale per 256 values
   void save_state(StateDict& out) const override;
   void load_state(const StateDict& in) override;
   kernels::AdamConfig config() const;  // bias corrections for the next step, from the host count

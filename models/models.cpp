@@ -52,7 +52,44 @@ std::shared_ptr<Sequential> basic_block(int64_t in, int64_t out, int64_t stride)
   return block;
 }
 
+// ResNet bottleneck (v1.5: the stride on the 3x3): relu(bn(conv1x1(relu(bn(conv3x3(relu(bn(
+// conv1x1(x))))))) + shortcut(x)), width -> 4 * width channels out.
+std::shared_ptr<Sequential> bottleneck(int64_t in, int64_t width, int64_t stride) {
+  const int64_t out = 4 * width;
+  auto body = make_shared<Sequential>();
+  body->add(make_shared<engine::Conv2d>(in, width, 1, 1, 0, false))
+      .add(make_shared<engine::BatchNorm2d>(width))
+      .add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::Conv2d>(width, width, 3, stride, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(width))
+      .add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::Conv2d>(width, out, 1, 1, 0, false))
+      .add(make_shared<engine::BatchNorm2d>(out));
+  std::shared_ptr<Sequential> shortcut;
+  if (stride != 1 || in != out) {
+    shortcut = make_shared<Sequential>();
+    shortcut->add(make_shared<engine::Conv2d>(in, out, 1, stride, 0, false)).add(make_shared<engine::BatchNorm2d>(out));
+  }
+  auto block = make_shared<Sequential>();
+  block->add(make_shared<Residual>(body, shortcut)).add(make_shared<engine::ReLU>());
+  return block;
+}
+
 }  // namespace
+
+std::shared_ptr<Module> resnet50(int classes) {
+  auto net = make_shared<Sequential>();
+  net->add(conv_bn_relu(3, 64));
+  int64_t in = 64;
+  const int64_t blocks[4] = {3, 4, 6, 3}, widths[4] = {64, 128, 256, 512};
+  for (int stage = 0; stage < 4; ++stage)
+    for (int64_t b = 0; b < blocks[stage]; ++b) {
+      net->add(bottleneck(in, widths[stage], b == 0 && stage > 0 ? 2 : 1));
+      in = 4 * widths[stage];
+    }
+  net->add(make_shared<engine::GlobalAvgPool>()).add(make_shared<engine::Linear>(2048, classes));
+  return net;
+}
 
 std::shared_ptr<Module> simplecnn(int classes) {
   auto net = make_shared<Sequential>();
@@ -101,7 +138,7 @@ std::shared_ptr<Module> resnet9(int classes) {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18"};
+  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18", "resnet50"};
   return names;
 }
 
@@ -109,7 +146,8 @@ std::shared_ptr<Module> make_model(const std::string& name, int classes) {
   if (name == "simplecnn") return simplecnn(classes);
   if (name == "resnet9") return resnet9(classes);
   if (name == "resnet18") return resnet18(classes);
-  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9 or resnet18)");
+  if (name == "resnet50") return resnet50(classes);
+  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18 or resnet50)");
 }
 
 std::string pytorch_path(const std::string& model, const std::string& path) {
@@ -139,9 +177,10 @@ const PytorchNaming& pytorch_naming(const std::string& model) {
       {"simplecnn", {{{"0", "conv1"}, {"3", "conv2"}, {"7", "fc1"}, {"10", "fc2"}}, {{"7", {8, 8, 32}}}}},
       {"resnet9", {}},
       {"resnet18", {}},
+      {"resnet50", {}},
   };
   auto it = table.find(model);
-  ENGINE_CHECK(it != table.end(), "unknown model '" << model << "' (choose simplecnn, resnet9 or resnet18)");
+  ENGINE_CHECK(it != table.end(), "unknown model '" << model << "' (choose simplecnn, resnet9, resnet18 or resnet50)");
   return it->second;
 }
 

@@ -29,6 +29,9 @@ std::shared_ptr<engine::Module> resnet18(int classes = 10);
 // The DAWNBench-style fast residual net: prep 64, layer 128 (+residual), 256, layer 512
 // (+residual), global pool, linear; batch-norm + ReLU throughout.
 std::shared_ptr<engine::Module> resnet9(int classes = 10);
+// He et al.'s ResNet-50 with the same CIFAR stem: [3,4,6,3] bottleneck blocks (v1.5, stride on
+// the 3x3), widths 64..512 expanded 4x: 23.5M parameters with a 10-class head.
+std::shared_ptr<engine::Module> resnet50(int classes = 10);
 
 const std::vector<std::string>& model_names();
 // The model by name; an unknown name is an engine::Error listing the known ones.

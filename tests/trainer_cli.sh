@@ -80,6 +80,19 @@ else fail "--accumulate resumed checkpoint differs"; fi
 expect 1 "was trained with --accumulate 3, not 2" -- "${acc[@]}" --accumulate 2 --resume "$work/acc_part.ckpt"
 expect 2 "--accumulate expects an integer >= 1" -- --accumulate 0
 
+# 8-bit optimizer state: the quantised moments are in the checkpoint, so a resume is exact;
+# another format is refused.
+q8=(--device cpu --synthetic --synthetic-size 300 --batch-size 64 --epochs 2 --optimizer-state int8 --seed 3
+    --log-every 1000 --threads 2)
+"$trainer" "${q8[@]}" --checkpoint "$work/q8_straight.ckpt" >/dev/null 2>&1 || fail "int8 straight run"
+"$trainer" "${q8[@]}" --max-steps 3 --checkpoint "$work/q8_part.ckpt" >/dev/null 2>&1 || fail "int8 first half"
+"$trainer" "${q8[@]}" --resume "$work/q8_part.ckpt" --checkpoint "$work/q8_resumed.ckpt" >/dev/null 2>&1 ||
+  fail "int8 resumed half"
+if cmp -s "$work/q8_straight.ckpt" "$work/q8_resumed.ckpt"; then pass "--optimizer-state int8 resume is bit-identical"
+else fail "--optimizer-state int8 resumed checkpoint differs"; fi
+expect 1 "optimizer state is int8, not fp32" -- "${q8[@]}" --optimizer-state fp32 --resume "$work/q8_part.ckpt"
+expect 2 "--optimizer-state must be one of fp32, bf16, int8" -- --optimizer-state int4
+
 # A truncated or altered checkpoint is refused.
 head -c 1000 "$work/straight.ckpt" >"$work/truncated.ckpt"
 expect 1 "truncated" -- "${common[@]}" --resume "$work/truncated.ckpt"

@@ -3,11 +3,13 @@
 // the compute copy W (when the parameter has one).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/convert.h"
 #include "kernels/optim_math.h"
+#include "kernels/quant_math.h"
 
 namespace kernels::cpu {
 
@@ -54,6 +56,78 @@ void adam_step(int64_t n, const G* grad, P inv_scale, P* master, P* m, P* v, W* 
   for (int64_t i = 0; i < n; ++i) {
     adam_update<P>(master[i], convert<P>(grad[i]) * inv_scale, m[i], v[i], c);
     if (compute_copy) compute_copy[i] = convert<W>(master[i]);
+  }
+}
+
+// ---- compact optimizer state (--optimizer-state bf16 | int8) ----------------------------------
+// The fused step works block by block: a block of state is widened to FP32, updated with the
+// same formulas as above (kernels/optim_math.h), and narrowed again; int8 blocks get a fresh
+// absmax first (kernels/quant_math.h). Each codec reads and writes one block.
+struct Bf16State {
+  bfloat16* p;
+  void load(int64_t, int64_t at, int64_t len, float* out) const {
+    for (int64_t j = 0; j < len; ++j) out[j] = convert<float>(p[at + j]);
+  }
+  void store(int64_t, int64_t at, int64_t len, const float* in) const {
+    for (int64_t j = 0; j < len; ++j) p[at + j] = convert<bfloat16>(in[j]);
+  }
+};
+
+template <bool Signed> struct Int8State {
+  uint8_t* codes;
+  float* absmax;  // one per kQuantBlock values
+  void load(int64_t block, int64_t at, int64_t len, float* out) const {
+    const float a = absmax[block];
+    for (int64_t j = 0; j < len; ++j) out[j] = Signed ? decode_signed(codes[at + j], a) : decode_unsigned(codes[at + j], a);
+  }
+  void store(int64_t block, int64_t at, int64_t len, const float* in) const {
+    float a = 0.0f;
+    for (int64_t j = 0; j < len; ++j) a = std::max(a, std::fabs(in[j]));
+    absmax[block] = a;
+    for (int64_t j = 0; j < len; ++j)
+      codes[at + j] = a > 0.0f ? (Signed ? encode_signed(in[j], a) : encode_unsigned(in[j], a)) : uint8_t(0);
+  }
+};
+using Int8SignedState = Int8State<true>;
+using Int8UnsignedState = Int8State<false>;
+
+// Adam over compact state M (first moment) and V (second moment), FP32 masters.
+template <class G, class W, class M, class V>
+void adam_step_blocks(int64_t n, const G* grad, float inv_scale, float* master, M m, V v, W* compute_copy,
+                      const AdamConfig& c) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+#pragma omp parallel for if (n > (1 << 15))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b * kQuantBlock, len = std::min(kQuantBlock, n - at);
+    float mb[kQuantBlock], vb[kQuantBlock];
+    m.load(b, at, len, mb);
+    v.load(b, at, len, vb);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = at + j;
+      adam_update<float>(master[i], convert<float>(grad[i]) * inv_scale, mb[j], vb[j], c);
+      if (compute_copy) compute_copy[i] = convert<W>(master[i]);
+    }
+    m.store(b, at, len, mb);
+    v.store(b, at, len, vb);
+  }
+}
+
+// SGD with a compact momentum buffer B.
+template <class G, class W, class B>
+void sgd_step_blocks(int64_t n, const G* grad, float inv_scale, float* master, B buf, W* compute_copy,
+                     bool first_step, const SgdConfig& c) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+#pragma omp parallel for if (n > (1 << 15))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b * kQuantBlock, len = std::min(kQuantBlock, n - at);
+    float bb[kQuantBlock];
+    buf.load(b, at, len, bb);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = at + j;
+      sgd_update<float>(master[i], convert<float>(grad[i]) * inv_scale, bb + j, first_step, c);
+      if (compute_copy) compute_copy[i] = convert<W>(master[i]);
+    }
+    buf.store(b, at, len, bb);
   }
 }
 
