@@ -6,7 +6,12 @@
 // evaluation instead (forward only, eval mode): images/s and peak memory per dtype, and for
 // models with batch-norm the same with BN folded into the convolutions, with how far the
 // folded logits move (max |difference|, share of equal top-1) on the benchmark batch.
+// --memory counts bytes instead of time (valid on any machine): peak memory by kind for each
+// model in FP32, FP16 and FP16 with int8 optimizer state at each --batches size, the ratios to
+// FP32, and the largest batch whose peak fits --max-batch-under (from the counted bytes at two
+// batch sizes: activations and workspace grow linearly with the batch, the rest is fixed).
 //   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]
+//   bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +27,7 @@
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
 #include "models/models.h"
+#include "models/train_step.h"
 #ifdef ENGINE_WITH_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
@@ -249,6 +255,117 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
   return 0;
 }
 
+// ---- --memory: counted bytes by kind ---------------------------------------------------------
+struct MemoryConfig {
+  const char* name;
+  DType dtype;
+  engine::StateFormat state;
+};
+const MemoryConfig kMemoryConfigs[] = {{"fp32", DType::F32, engine::StateFormat::F32},
+                                       {"fp16", DType::F16, engine::StateFormat::F32},
+                                       {"fp16+int8", DType::F16, engine::StateFormat::Int8}};
+
+// Peak bytes by kind over one training step (Adam), after a warm-up step has made the state.
+engine::MemoryStats measure_step_memory(const std::string& name, const MemoryConfig& c, int64_t batch,
+                                        engine::Device device) {
+  engine::manual_seed(1);
+  auto model = models::make_model(name);
+  model->set_compute_dtype(c.dtype);
+  model->to(device);
+  engine::Adam opt(model->parameters(), 1e-3);
+  opt.set_state_format(c.state);
+  engine::LossScalerConfig cfg;
+  cfg.enabled = c.dtype == DType::F16;
+  cfg.init_scale = 1024;  // no overflow-skipped warm-up step (the state must exist)
+  engine::LossScaler scaler(cfg);
+  Tensor x, y;
+  {
+    engine::MemKindScope data(engine::MemKind::Data);
+    x = engine::cast(engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32), c.dtype).to(device);
+    std::vector<int32_t> labels(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+    y = Tensor::from_ints(labels, {batch}).to(device);
+  }
+  auto& alloc = engine::allocator_for(device);
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1) alloc.reset_peak();
+    models::train_step(*model, opt, scaler, x, y, c.dtype, 0.0, 0.0);
+  }
+  if (device.is_cuda()) (void)opt.params()[0]->master.to_vector();
+  return alloc.stats();
+}
+
+int64_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end ? end : "";
+  const double mult = unit == "GiB" ? 1024.0 * 1024 * 1024 : unit == "MiB" ? 1024.0 * 1024 : unit == "GB" ? 1e9 : unit.empty() ? 1.0 : -1;
+  if (!(v > 0) || mult < 0) {
+    std::fprintf(stderr, "bench_train: --max-batch-under expects a size like 80GiB, 512MiB or 8e10, got '%s'\n",
+                 s.c_str());
+    std::exit(2);
+  }
+  return static_cast<int64_t>(v * mult);
+}
+
+int run_memory(const std::vector<std::string>& model_names, const std::vector<int64_t>& batches, int64_t budget,
+               engine::Device device) {
+  auto mib = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
+  std::printf("Peak memory of one training step (Adam), counted bytes by kind, MiB\n");
+  std::printf("%-10s %-10s %6s %10s %9s %9s %10s %11s %10s %6s\n", "model", "config", "batch", "peak", "weights",
+              "grads", "opt state", "activations", "workspace", "data");
+  std::map<std::pair<std::string, std::string>, std::map<int64_t, engine::MemoryStats>> all;
+  for (const std::string& m : model_names)
+    for (const MemoryConfig& c : kMemoryConfigs)
+      for (int64_t b : batches) {
+        const engine::MemoryStats st = measure_step_memory(m, c, b, device);
+        all[{m, c.name}][b] = st;
+        const auto& at = st.at_total_peak;
+        auto k = [&](engine::MemKind kind) { return mib(at[static_cast<int>(kind)]); };
+        std::printf("%-10s %-10s %6lld %10.1f %9.1f %9.1f %10.1f %11.1f %10.1f %6.1f\n", m.c_str(), c.name,
+                    static_cast<long long>(b), mib(st.total_peak), k(engine::MemKind::Weights),
+                    k(engine::MemKind::Gradients), k(engine::MemKind::OptimizerState), k(engine::MemKind::Activations),
+                    k(engine::MemKind::Workspace), k(engine::MemKind::Data));
+        std::fflush(stdout);
+      }
+  std::puts("\nPeak vs FP32 of the same model and batch (optimizer state alone in brackets):");
+  for (const std::string& m : model_names)
+    for (int64_t b : batches) {
+      const auto& f32 = all[{m, "fp32"}][b];
+      const auto& f16 = all[{m, "fp16"}][b];
+      const auto& q8 = all[{m, "fp16+int8"}][b];
+      const int opt_kind = static_cast<int>(engine::MemKind::OptimizerState);
+      std::printf("  %-10s batch %4lld: fp16 %.3fx, fp16+int8 %.3fx (state %.3fx)\n", m.c_str(),
+                  static_cast<long long>(b), double(f16.total_peak) / double(f32.total_peak),
+                  double(q8.total_peak) / double(f32.total_peak),
+                  double(q8.at_total_peak[opt_kind]) / double(f32.at_total_peak[opt_kind]));
+    }
+  if (batches.size() >= 2) {
+    const int64_t b1 = batches[batches.size() - 2], b2 = batches.back();
+    std::printf("\nFrom batches %lld and %lld: peak = fixed + per-image x batch; at batch 256, and the largest batch "
+                "under %.1f GiB:\n",
+                static_cast<long long>(b1), static_cast<long long>(b2), static_cast<double>(budget) / (1 << 30));
+    for (const std::string& m : model_names) {
+      const double p32 = [&] {
+        const auto& r = all[{m, "fp32"}];
+        const double per = double(r.at(b2).total_peak - r.at(b1).total_peak) / double(b2 - b1);
+        return double(r.at(b1).total_peak) + per * double(256 - b1);
+      }();
+      for (const MemoryConfig& c : kMemoryConfigs) {
+        const auto& r = all[{m, c.name}];
+        const double per = double(r.at(b2).total_peak - r.at(b1).total_peak) / double(b2 - b1);
+        const double fixed = double(r.at(b1).total_peak) - per * double(b1);
+        const double at256 = fixed + per * 256;
+        const int64_t max_batch = per > 0 ? static_cast<int64_t>((double(budget) - fixed) / per) : 0;
+        std::printf("  %-10s %-10s fixed %8.1f MiB + %7.2f MiB/image: batch 256 %9.1f MiB (%.3fx fp32), max batch %lld\n",
+                    m.c_str(), c.name, fixed / (1 << 20), per / (1 << 20), at256 / (1 << 20), at256 / p32,
+                    static_cast<long long>(max_batch));
+      }
+    }
+  }
+  return 0;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -262,7 +379,8 @@ int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
   int steps = 0;
-  bool quick = false, inference = false;
+  bool quick = false, inference = false, memory = false;
+  std::string batches_list = "8,32", budget = "80GiB";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -279,8 +397,12 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = next();
     else if (a == "--quick") quick = true;
     else if (a == "--inference") inference = true;
+    else if (a == "--memory") memory = true;
+    else if (a == "--batches") batches_list = next();
+    else if (a == "--max-batch-under") budget = next();
     else {
-      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n");
+      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
+                           "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
       return 2;
     }
   }
@@ -291,6 +413,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (inference) return run_inference(split(model_list), batch, steps, quick, device);
+    if (memory) {
+      std::vector<int64_t> bs;
+      for (const std::string& b : split(batches_list)) bs.push_back(std::atoll(b.c_str()));
+      std::sort(bs.begin(), bs.end());
+      if (bs.empty() || bs.front() < 1) {
+        std::fprintf(stderr, "bench_train: --batches expects sizes >= 1 like 8,32\n");
+        return 2;
+      }
+      return run_memory(split(model_list), bs, parse_bytes(budget), device);
+    }
     // The yardstick for model FLOP/s: the GEMM peak per dtype (the CPU widens 16-bit
     // operands to FP32, so its FP32 peak serves all three).
     std::map<DType, double> peak;

@@ -67,9 +67,6 @@ void Optimizer::set_state_format(StateFormat f) {
       ENGINE_CHECK(p->master.dtype() == DType::F32,
                    "optimizer: " << state_format_name(f) << " state needs f32 masters, '" << p->name << "' is "
                                  << p->master.desc());
-    ENGINE_CHECK(!on_cuda(), "optimizer: " << state_format_name(f)
-                                           << " state runs on the CPU only so far (its CUDA kernel is not written "
-                                              "yet); use --optimizer-state fp32 on the GPU");
   }
   format_ = f;
 }
@@ -211,7 +208,7 @@ cuda::OptimizerPlan& Optimizer::device_plan() {
     cuda::ParamRefs r;
     r.grad = p.grad();
     r.master = p.master.data<float>();
-    state_pointers(i, &r.state1, &r.state2);
+    state_refs(i, r);
     if (!p.value.same_storage(p.master)) r.copy = p.value;
     refs.push_back(r);
   }
@@ -338,13 +335,22 @@ void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
 
 void SGD::ensure_state() {
   if (momentum == 0) return;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!momentum_buffers[i].defined()) momentum_buffers[i] = state_like(*params_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (momentum_buffers[i].defined()) continue;
+    momentum_buffers[i] = state_like(*params_[i]);
+    if (format_ == StateFormat::Int8) momentum_absmax[i] = absmax_like(*params_[i]);
+  }
 }
 
-void SGD::state_pointers(size_t i, float** state1, float** state2) {
-  *state1 = momentum > 0 ? momentum_buffers[i].data<float>() : nullptr;
-  *state2 = nullptr;
+void SGD::state_refs(size_t i, cuda::ParamRefs& r) {
+  if (momentum == 0) return;
+  if (format_ == StateFormat::F32) {
+    r.state1 = momentum_buffers[i].data<float>();
+    return;
+  }
+  r.state_format = static_cast<uint8_t>(format_);
+  r.qstate1 = momentum_buffers[i].raw();
+  if (format_ == StateFormat::Int8) r.absmax1 = momentum_absmax[i].data<float>();
 }
 
 void SGD::device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf, int64_t* step) {
@@ -428,12 +434,26 @@ void Adam::ensure_state() {
     if (exp_avg[i].defined()) continue;
     exp_avg[i] = state_like(*params_[i]);
     exp_avg_sq[i] = state_like(*params_[i]);
+    if (format_ == StateFormat::Int8) {
+      exp_avg_absmax[i] = absmax_like(*params_[i]);
+      exp_avg_sq_absmax[i] = absmax_like(*params_[i]);
+    }
   }
 }
 
-void Adam::state_pointers(size_t i, float** state1, float** state2) {
-  *state1 = exp_avg[i].data<float>();
-  *state2 = exp_avg_sq[i].data<float>();
+void Adam::state_refs(size_t i, cuda::ParamRefs& r) {
+  if (format_ == StateFormat::F32) {
+    r.state1 = exp_avg[i].data<float>();
+    r.state2 = exp_avg_sq[i].data<float>();
+    return;
+  }
+  r.state_format = static_cast<uint8_t>(format_);
+  r.qstate1 = exp_avg[i].raw();
+  r.qstate2 = exp_avg_sq[i].raw();
+  if (format_ == StateFormat::Int8) {
+    r.absmax1 = exp_avg_absmax[i].data<float>();
+    r.absmax2 = exp_avg_sq_absmax[i].data<float>();
+  }
 }
 
 void Adam::device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf, int64_t* step) {

@@ -13,6 +13,7 @@ namespace engine {
 
 namespace cuda {
 class OptimizerPlan;
+struct ParamRefs;
 }
 
 // How the optimizer's state (momentum, Adam's moments) is stored (--optimizer-state): FP32, as
@@ -82,8 +83,8 @@ class Optimizer {
   void load_list(const StateDict& in, std::vector<Tensor>& list, const char* what, bool absmax) const;
   // CUDA: creates every state tensor and gradient up front (the launch plan holds pointers).
   virtual void ensure_state() = 0;
-  // CUDA: per parameter, the state pointers the multi-tensor kernels update.
-  virtual void state_pointers(size_t i, float** state1, float** state2) = 0;
+  // CUDA: per parameter, the state the multi-tensor kernels update (FP32 or compact).
+  virtual void state_refs(size_t i, cuda::ParamRefs& r) = 0;
   // CUDA: this optimizer's fused update through the multi-tensor plan (engine/cuda/backend.h).
   virtual void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
                              int64_t* step) = 0;
@@ -112,7 +113,7 @@ class SGD : public Optimizer {
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
   void ensure_state() override;
-  void state_pointers(size_t i, float** state1, float** state2) override;
+  void state_refs(size_t i, cuda::ParamRefs& r) override;
   void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
                      int64_t* step) override;
 };
@@ -133,7 +134,7 @@ class Adam : public Optimizer {
  protected:
   void update(size_t i, Parameter& p, const Tensor& g, double inv_scale) override;
   void ensure_state() override;
-  void state_pointers(size_t i, float** state1, float** state2) override;
+  void state_refs(size_t i, cuda::ParamRefs& r) override;
   void device_update(cuda::OptimizerPlan& plan, const float* inv_scale, const int* found_inf,
                      int64_t* step) override;
 };

@@ -65,7 +65,9 @@ kc::ElemType elem_type(DType t) {
 
 bool same_slot(const kc::ParamSlot& a, const kc::ParamSlot& b) {
   return a.grad == b.grad && a.grad_type == b.grad_type && a.master == b.master && a.state1 == b.state1 &&
-         a.state2 == b.state2 && a.copy == b.copy && a.copy_type == b.copy_type && a.n == b.n;
+         a.state2 == b.state2 && a.copy == b.copy && a.copy_type == b.copy_type && a.n == b.n &&
+         a.state_format == b.state_format && a.qstate1 == b.qstate1 && a.qstate2 == b.qstate2 &&
+         a.absmax1 == b.absmax1 && a.absmax2 == b.absmax2;
 }
 
 class CudaOptimizerPlan final : public OptimizerPlan {
@@ -80,6 +82,11 @@ class CudaOptimizerPlan final : public OptimizerPlan {
       sl.master = p.master;
       sl.state1 = p.state1;
       sl.state2 = p.state2;
+      sl.state_format = static_cast<kc::StateFormat>(p.state_format);
+      sl.qstate1 = p.qstate1;
+      sl.qstate2 = p.qstate2;
+      sl.absmax1 = p.absmax1;
+      sl.absmax2 = p.absmax2;
       sl.copy = p.copy.defined() ? p.copy.raw() : nullptr;
       sl.copy_type = p.copy.defined() ? elem_type(p.copy.dtype()) : kc::ElemType::None;
       sl.n = p.grad.numel();

@@ -20,8 +20,15 @@ namespace engine::cuda {
 struct ParamRefs {
   Tensor grad, copy;
   float* master = nullptr;
-  float* state1 = nullptr;
+  float* state1 = nullptr;  // FP32 state
   float* state2 = nullptr;
+  // Compact state (--optimizer-state bf16 | int8): 1 = BF16 values in qstate, 2 = int8 codes in
+  // qstate with one FP32 absmax per 256 values; state1/state2 are then null.
+  uint8_t state_format = 0;
+  void* qstate1 = nullptr;
+  void* qstate2 = nullptr;
+  float* absmax1 = nullptr;
+  float* absmax2 = nullptr;
 };
 
 // The multi-tensor launch plan over the stepped parameters, uploaded once and rebuilt only

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/convert.h"
+#include "kernels/quant_math.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -71,6 +72,83 @@ __global__ void __launch_bounds__(kBlock)
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *found_inf = 1;
 }
 
+// ---- compact state: one quantisation block (kQuantBlock = blockDim.x values) per iteration ----
+static_assert(kQuantBlock == kBlock, "one thread per value of a quantisation block");
+static_assert(MultiTensorPlan::kChunk % kQuantBlock == 0, "chunks hold whole quantisation blocks");
+
+// The largest |v| over the thread block (every thread calls it; all get the result).
+__device__ __forceinline__ float block_abs_max(float v, float* scratch) {
+  v = fabsf(v);
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, scratch[w]);
+  __syncthreads();  // scratch is reused by the next call
+  return m;
+}
+
+__device__ __forceinline__ float load_compact(const ParamSlot& s, bool first, int64_t i) {
+  const void* q = first ? s.qstate1 : s.qstate2;
+  if (s.state_format == StateFormat::BF16) return convert<float>(static_cast<const bfloat16*>(q)[i]);
+  const float a = (first ? s.absmax1 : s.absmax2)[i / kQuantBlock];
+  const uint8_t c = static_cast<const uint8_t*>(q)[i];
+  return first ? decode_signed(c, a) : decode_unsigned(c, a);
+}
+
+// Stores a thread's value; Int8 first agrees the block's new absmax (all threads call this).
+__device__ __forceinline__ void store_compact(const ParamSlot& s, bool first, int64_t i, bool active, float v,
+                                              float* scratch) {
+  void* q = first ? s.qstate1 : s.qstate2;
+  if (s.state_format == StateFormat::BF16) {
+    if (active) static_cast<bfloat16*>(q)[i] = convert<bfloat16>(v);
+    return;
+  }
+  const float a = block_abs_max(active ? v : 0.0f, scratch);
+  if (threadIdx.x == 0) (first ? s.absmax1 : s.absmax2)[i / kQuantBlock] = a;
+  if (active)
+    static_cast<uint8_t*>(q)[i] = a > 0.0f ? (first ? encode_signed(v, a) : encode_unsigned(v, a)) : uint8_t(0);
+}
+
+__device__ void sgd_compact(const ParamSlot& s, const Chunk& ck, int64_t chunk, const SgdConfig& cfg, float inv,
+                            bool first_step) {
+  __shared__ float scratch[32];
+  const int64_t end = min(ck.begin + chunk, s.n);
+  for (int64_t base = ck.begin; base < end; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const bool active = i < end;
+    float buf = 0.0f;
+    if (active) {
+      buf = load_compact(s, true, i);
+      float w = s.master[i];
+      sgd_update<float>(w, load_grad(s.grad, s.grad_type, i) * inv, &buf, first_step, cfg);
+      s.master[i] = w;
+      if (s.copy) store_copy(s.copy, s.copy_type, i, w);
+    }
+    store_compact(s, true, i, active, buf, scratch);
+  }
+}
+
+__device__ void adam_compact(const ParamSlot& s, const Chunk& ck, int64_t chunk, const AdamConfig& cfg, float inv) {
+  __shared__ float scratch[32];
+  const int64_t end = min(ck.begin + chunk, s.n);
+  for (int64_t base = ck.begin; base < end; base += blockDim.x) {
+    const int64_t i = base + threadIdx.x;
+    const bool active = i < end;
+    float m = 0.0f, v = 0.0f;
+    if (active) {
+      m = load_compact(s, true, i);
+      v = load_compact(s, false, i);
+      float w = s.master[i];
+      adam_update<float>(w, load_grad(s.grad, s.grad_type, i) * inv, m, v, cfg);
+      s.master[i] = w;
+      if (s.copy) store_copy(s.copy, s.copy_type, i, w);
+    }
+    store_compact(s, true, i, active, m, scratch);
+    store_compact(s, false, i, active, v, scratch);
+  }
+}
+
 __global__ void __launch_bounds__(kBlock)
     multi_sgd_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, SgdConfig cfg, StepScalars sc) {
   if (sc.found_inf && *sc.found_inf) return;  // the whole step is skipped
@@ -78,6 +156,10 @@ __global__ void __launch_bounds__(kBlock)
   const ParamSlot s = slots[ck.slot];
   const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
   const bool first = sc.step ? (*sc.step == 0) : sc.first_step;
+  if (s.state_format != StateFormat::F32 && cfg.momentum != 0) {  // uniform across the block
+    sgd_compact(s, ck, chunk, cfg, inv, first);
+    return;
+  }
   const int64_t end = min(ck.begin + chunk, s.n);
   for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
     float w = s.master[i];
@@ -99,6 +181,10 @@ __global__ void __launch_bounds__(kBlock)
   const Chunk ck = chunks[blockIdx.x];
   const ParamSlot s = slots[ck.slot];
   const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
+  if (s.state_format != StateFormat::F32) {  // uniform across the block
+    adam_compact(s, ck, chunk, cfg, inv);
+    return;
+  }
   const int64_t end = min(ck.begin + chunk, s.n);
   for (int64_t i = ck.begin + threadIdx.x; i < end; i += blockDim.x) {
     float w = s.master[i], m = s.state1[i], v = s.state2[i];
@@ -210,8 +296,8 @@ void multi_sgd_step(const MultiTensorPlan& plan, const SgdConfig& cfg, const Ste
   if (plan.chunks() == 0) return;
   if (cfg.momentum != 0) {
     for (size_t i = 0; i < plan.slots().size(); ++i)
-      ENGINE_CHECK(plan.slots()[i].n == 0 || plan.slots()[i].state1,
-                   "multi_sgd_step: parameter " << i << " needs a momentum buffer (state1)");
+      ENGINE_CHECK(plan.slots()[i].n == 0 || plan.slots()[i].state1 || plan.slots()[i].qstate1,
+                   "multi_sgd_step: parameter " << i << " needs a momentum buffer (state1 or qstate1)");
   }
   multi_sgd_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
       static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),
@@ -222,7 +308,8 @@ void multi_sgd_step(const MultiTensorPlan& plan, const SgdConfig& cfg, const Ste
 void multi_adam_step(const MultiTensorPlan& plan, const AdamConfig& cfg, const StepScalars& sc, cudaStream_t stream) {
   if (plan.chunks() == 0) return;
   for (size_t i = 0; i < plan.slots().size(); ++i)
-    ENGINE_CHECK(plan.slots()[i].n == 0 || (plan.slots()[i].state1 && plan.slots()[i].state2),
+    ENGINE_CHECK(plan.slots()[i].n == 0 || (plan.slots()[i].state1 && plan.slots()[i].state2) ||
+                     (plan.slots()[i].qstate1 && plan.slots()[i].qstate2),
                  "multi_adam_step: parameter " << i << " needs exp_avg (state1) and exp_avg_sq (state2)");
   multi_adam_kernel<<<static_cast<unsigned>(plan.chunks()), kBlock, 0, stream>>>(
       static_cast<const ParamSlot*>(plan.device_slots()), static_cast<const Chunk*>(plan.device_chunks()),

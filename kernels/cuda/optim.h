@@ -20,12 +20,21 @@ const char* elem_type_name(ElemType t);
 // One parameter: n elements; grad in grad_type; FP32 master; state1 (SGD momentum buffer, or
 // Adam's m), state2 (Adam's v), null where unused; copy in copy_type, or null/None when the
 // master itself is the parameter's value.
+// How a slot's state is stored: FP32 in state1/state2, or compact in qstate1/qstate2 (BF16
+// values; int8 codes with one FP32 absmax per kQuantBlock values in absmax1/absmax2).
+enum class StateFormat : uint8_t { F32 = 0, BF16 = 1, Int8 = 2 };
+
 struct ParamSlot {
   const void* grad = nullptr;
   ElemType grad_type = ElemType::F32;
   float* master = nullptr;
   float* state1 = nullptr;
   float* state2 = nullptr;
+  StateFormat state_format = StateFormat::F32;
+  void* qstate1 = nullptr;  // SGD's momentum or Adam's m, compact (signed codes)
+  void* qstate2 = nullptr;  // Adam's v, compact (unsigned codes)
+  float* absmax1 = nullptr;
+  float* absmax2 = nullptr;
   void* copy = nullptr;
   ElemType copy_type = ElemType::None;
   int64_t n = 0;
@@ -37,7 +46,9 @@ struct ParamSlot {
 // across steps, so that is only when the parameter set changes).
 class MultiTensorPlan {
  public:
-  static constexpr int64_t kChunk = 8192;  // elements per thread block (32 per thread)
+  // Elements per thread block (32 per thread); a multiple of kQuantBlock, so compact state's
+  // blocks never straddle two thread blocks.
+  static constexpr int64_t kChunk = 8192;
   MultiTensorPlan(const std::vector<ParamSlot>& slots, cudaStream_t stream);
   ~MultiTensorPlan();
   MultiTensorPlan(const MultiTensorPlan&) = delete;
