@@ -21,6 +21,8 @@ Precision op_precision(const std::string& op) {
       {"batch_norm", Precision::KeepInput},  // data keeps its dtype; statistics and parameters are FP32 inside
       {"global_avg_pool", Precision::KeepInput},  // sums in FP32 inside, result in the input dtype
       {"relu", Precision::KeepInput},        {"gelu", Precision::KeepInput},
+      {"sigmoid", Precision::KeepInput},     {"silu", Precision::KeepInput},  // FP32 math inside, as gelu
+      {"channel_gate", Precision::KeepInput},  // x and gate share the compute dtype; the gate's sums in FP32
       {"add", Precision::KeepInput},         {"scale", Precision::KeepInput},
       {"dropout", Precision::KeepInput},     {"max_pool2d", Precision::KeepInput},
       {"reshape", Precision::KeepInput},     {"flatten", Precision::KeepInput},

@@ -135,6 +135,18 @@ class GELU : public Module {
   std::string describe() const override { return "GELU"; }
 };
 
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+  std::string describe() const override { return "SiLU"; }
+};
+
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return sigmoid(x); }
+  std::string describe() const override { return "Sigmoid"; }
+};
+
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t pad = 0)

@@ -57,6 +57,8 @@ template <class Op> Tensor unary_op(const char* name, const char* backward_name,
 }
 
 Tensor gelu(const Tensor& x) { return unary_op<kernels::GeluOp>("gelu", "gelu backward", x); }
+Tensor sigmoid(const Tensor& x) { return unary_op<kernels::SigmoidOp>("sigmoid", "sigmoid backward", x); }
+Tensor silu(const Tensor& x) { return unary_op<kernels::SiluOp>("silu", "silu backward", x); }
 
 namespace {
 Tensor add_raw(const Tensor& a, const Tensor& b) {

@@ -18,6 +18,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact erf form
+// 1 / (1 + e^-x) and x * sigmoid(x) (SiLU, "swish"): computed in FP32 (FP64 for FP64 input),
+// stored in the input's dtype; backward reads the saved input.
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);
 Tensor add(const Tensor& a, const Tensor& b);  // same shape (the residual add)
 Tensor scale(const Tensor& x, double s);
 Tensor cast(const Tensor& x, DType dtype);     // backward casts the gradient back
@@ -32,6 +36,9 @@ Tensor flatten(const Tensor& x);                      // [N, ...] -> [N, rest]
 // x [N,H,W,C]; windows that overhang by at most pad; ties go to the first maximum.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad = 0);
 Tensor global_avg_pool(const Tensor& x);  // [N,H,W,C] -> [N,C]
+// Squeeze-and-excitation's rescale: x [N,H,W,C] times gate [N,C] (or [N,1,1,C]) broadcast over
+// H and W; same dtype. The gate's gradient sums over positions in FP32 (FP64 for FP64).
+Tensor channel_gate(const Tensor& x, const Tensor& gate);
 
 // x [N,H,W,C] (or [N,C]) in any float dtype; gamma, beta and the running statistics are
 // FP32 (FP64 for FP64 x). Training uses batch statistics and updates the running ones.

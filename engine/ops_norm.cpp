@@ -30,6 +30,36 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) 
   return y;
 }
 
+Tensor channel_gate(const Tensor& x, const Tensor& gate) {
+  check_float("channel_gate", x, "input");
+  check_same_dtype_device("channel_gate", x, gate);
+  ENGINE_CHECK(x.ndim() == 4, "channel_gate: input must be NHWC (4-D), got " << x.desc());
+  const int64_t n = x.dim(0), hw = x.dim(1) * x.dim(2), c = x.dim(3);
+  ENGINE_CHECK(gate.numel() == n * c && gate.dim(0) == n && gate.dim(-1) == c,
+               "channel_gate: gate must be [N, C] or [N, 1, 1, C] = [" << n << ", " << c << "], got " << gate.desc());
+  Tensor y = like(x);
+  const Device dev = op_device("channel_gate", {&x, &gate});
+  ENGINE_KERNEL("channel_gate", dev, x.dtype(), T,
+                K::channel_gate_forward(n, hw, c, x.data<T>(), gate.data<T>(), y.data<T>(), stream));
+  if (should_record({&x, &gate})) {
+    active_tape()->record("channel_gate", {x, gate}, y, [x, gate, n, hw, c, dev](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx, gg;
+      if (x.requires_grad()) {
+        gx = like(x);
+        ENGINE_KERNEL("channel_gate backward", dev, x.dtype(), T,
+                      K::channel_gate_forward(n, hw, c, gy.data<T>(), gate.data<T>(), gx.data<T>(), stream));
+      }
+      if (gate.requires_grad()) {
+        gg = like(gate);
+        ENGINE_KERNEL("channel_gate backward", dev, x.dtype(), T,
+                      K::channel_gate_backward_gate(n, hw, c, x.data<T>(), gy.data<T>(), gg.data<T>(), stream));
+      }
+      return {gx, gg};
+    });
+  }
+  return y;
+}
+
 Tensor global_avg_pool(const Tensor& x) {
   check_float("global_avg_pool", x, "input");
   ENGINE_CHECK(x.ndim() == 4, "global_avg_pool: input must be NHWC (4-D), got " << x.desc());

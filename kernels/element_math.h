@@ -22,6 +22,19 @@ template <class A> ENGINE_HD A gelu_bwd(A x, A gy) {
   return gy * (cdf + x * pdf);
 }
 
+// Logistic sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88 in FP32, giving 0, the
+// right limit. SiLU (swish) x * sigmoid(x), EfficientNet's activation.
+template <class A> ENGINE_HD A sigmoid_fwd(A x) { return A(1) / (A(1) + exp_of(-x)); }
+template <class A> ENGINE_HD A sigmoid_bwd(A x, A gy) {
+  const A s = sigmoid_fwd(x);
+  return gy * s * (A(1) - s);
+}
+template <class A> ENGINE_HD A silu_fwd(A x) { return x * sigmoid_fwd(x); }
+template <class A> ENGINE_HD A silu_bwd(A x, A gy) {
+  const A s = sigmoid_fwd(x);
+  return gy * s * (A(1) + x * (A(1) - s));
+}
+
 // ---- unary element-wise ops, each one struct: the only place its formula lives --------------
 // fwd(x) and bwd(x, gy) in the accumulation type A. kernels::cpu::unary_forward/backward and
 // kernels::cuda::unary_forward/backward run any of them; the CUDA side is instantiated for every
@@ -31,7 +44,15 @@ struct GeluOp {
   template <class A> ENGINE_HD static A fwd(A x) { return gelu_fwd(x); }
   template <class A> ENGINE_HD static A bwd(A x, A gy) { return gelu_bwd(x, gy); }
 };
-#define ENGINE_UNARY_OPS(X) X(GeluOp)
+struct SigmoidOp {
+  template <class A> ENGINE_HD static A fwd(A x) { return sigmoid_fwd(x); }
+  template <class A> ENGINE_HD static A bwd(A x, A gy) { return sigmoid_bwd(x, gy); }
+};
+struct SiluOp {
+  template <class A> ENGINE_HD static A fwd(A x) { return silu_fwd(x); }
+  template <class A> ENGINE_HD static A bwd(A x, A gy) { return silu_bwd(x, gy); }
+};
+#define ENGINE_UNARY_OPS(X) X(GeluOp) X(SigmoidOp) X(SiluOp)
 
 // Dropout keeps element i when its uniform draw is >= p; the mask is a pure function of
 // (seed, stream, i), so backward and the GPU recompute it instead of storing it.

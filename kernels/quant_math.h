@@ -70,10 +70,11 @@ template <int Steps> ENGINE_HD int log_steps_below(float r) {
 ENGINE_HD uint8_t encode_signed(float x, float absmax) {
   if (x == 0.0f) return 0;
   const float r = fabsf(x) / absmax;
-  const int t = quant_detail::log_steps_below<8>(r);  // 0 for r = 1
   int k;
-  if (t <= 126) k = 127 - t;
-  else k = r >= 0.5f * 1.81458605e-05f ? 1 : 0;  // nearer the smallest code (2^-15.75) than zero?
+  // Below the codes' range (log-nearer zero than the smallest code, 2^-15.75) frexp is never
+  // asked: r may even have underflowed to 0 there. Nearer in value to the smallest code or to 0?
+  if (!(r >= 1.73765356e-05f)) k = r >= 0.5f * 1.81458605e-05f ? 1 : 0;  // 2^-15.8125, 2^-15.75
+  else k = 127 - quant_detail::log_steps_below<8>(r);  // t = 0 for r = 1, at most 126 here
   return static_cast<uint8_t>((x < 0.0f && k > 0 ? 0x80 : 0) | k);
 }
 
@@ -88,8 +89,9 @@ ENGINE_HD float decode_signed(uint8_t q, float absmax) {
 // x >= 0 (a second moment); absmax > 0 and finite; x <= absmax.
 ENGINE_HD uint8_t encode_unsigned(float x, float absmax) {
   if (x <= 0.0f) return 0;
-  const int t = quant_detail::log_steps_below<16>(x / absmax);
-  return static_cast<uint8_t>(t <= 254 ? 255 - t : 1);  // below the range: up to the smallest code
+  const float r = x / absmax;
+  if (!(r >= 1.62832703e-05f)) return 1;  // below 2^-15.90625 (or underflowed): up to the smallest code
+  return static_cast<uint8_t>(255 - quant_detail::log_steps_below<16>(r));
 }
 
 ENGINE_HD float decode_unsigned(uint8_t q, float absmax) {

@@ -15,12 +15,18 @@ using Stream = cudaStream_t;
 // 2-D convolution: activations NHWC, filters KRSC (k outputs, r x s taps, c inputs).
 struct ConvShape {
   int64_t n, h, w, c;  // input NHWC
-  int64_t k, r, s;     // filters KRSC
+  int64_t k, r, s;     // filters KRSC, [K, R, S, C / groups]
   int64_t stride = 1, pad = 0;
+  // Grouped convolution: input and output channels split into `groups` equal parts, output
+  // group g seeing input group g only. groups = c = k is depthwise (one filter per channel).
+  int64_t groups = 1;
   int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
   int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
-  int64_t patch() const { return r * s * c; }  // one im2col row
-  bool pointwise() const { return r == 1 && s == 1 && stride == 1 && pad == 0; }
+  int64_t group_c() const { return c / groups; }
+  int64_t group_k() const { return k / groups; }
+  int64_t patch() const { return r * s * group_c(); }  // one im2col row (of one group)
+  bool pointwise() const { return r == 1 && s == 1 && stride == 1 && pad == 0 && groups == 1; }
+  bool depthwise() const { return groups > 1 && groups == c && groups == k; }
 };
 
 // Max pooling over NHWC: square window `kernel`, square stride, zero-free padding `pad`.

@@ -45,6 +45,10 @@ TEST_CASE("element-wise ops backward match finite differences", "[grad]") {
   engine::manual_seed(3);
   gradcheck("relu", [](const std::vector<Tensor>& v) { return engine::relu(v[0]); }, {rand64({2, 3, 4, 5})});
   gradcheck("gelu", [](const std::vector<Tensor>& v) { return engine::gelu(v[0]); }, {rand64({3, 7}, -3, 3)});
+  gradcheck("sigmoid", [](const std::vector<Tensor>& v) { return engine::sigmoid(v[0]); }, {rand64({3, 7}, -6, 6)});
+  gradcheck("silu", [](const std::vector<Tensor>& v) { return engine::silu(v[0]); }, {rand64({3, 7}, -6, 6)});
+  gradcheck("channel_gate", [](const std::vector<Tensor>& v) { return engine::channel_gate(v[0], v[1]); },
+            {rand64({2, 3, 4, 5}, -2, 2), rand64({2, 5}, -1, 1)});
   gradcheck("add", [](const std::vector<Tensor>& v) { return engine::add(v[0], v[1]); },
             {rand64({2, 3, 3, 2}), rand64({2, 3, 3, 2})});
   gradcheck("scale", [](const std::vector<Tensor>& v) { return engine::scale(v[0], -2.5); }, {rand64({4, 3})});

@@ -40,6 +40,13 @@ TEST_CASE("every 8-bit code decodes to a value that encodes back to it, in incre
     }
     CHECK(prev_u == absmax);
   }
+  // Ratios that underflow FP32 (a decayed moment beside a large one in the same block): never a
+  // large code (frexp of 0 would say "half the absmax").
+  CHECK(kernels::encode_signed(1e-40f, 1e10f) == 0);
+  CHECK(kernels::encode_signed(-1e-40f, 1e10f) == 0);
+  CHECK(kernels::encode_unsigned(1e-40f, 1e10f) == 1);
+  CHECK(kernels::encode_signed(1e-6f, 1.0f) == 0);   // below half the smallest code (1.8e-5)
+  CHECK(kernels::encode_signed(1.2e-5f, 1.0f) == 1);  // nearer the smallest code than zero
 }
 
 // Rounding to the nearest code in log2 leaves a value within half a step: a factor 2^(1/16)

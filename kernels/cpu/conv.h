@@ -120,9 +120,9 @@ void im2col_widened(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, A* 
 
 }  // namespace detail
 
-// y[N,OH,OW,K] = conv(x, w) + bias (bias may be null).
+// y[N,OH,OW,K] = conv(x, w) + bias (bias may be null); one group (the im2col + GEMM path).
 template <class T>
-void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
+void conv2d_forward_dense(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   // Scratch slots: 0 widened weights, 1 widened bias, 2 column matrix, 3 FP32 output, 4 widened x.
@@ -169,9 +169,9 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
   }
 }
 
-// gx = conv-transpose(gy, w): the gradient with respect to the input.
+// gx = conv-transpose(gy, w): the gradient with respect to the input (one group).
 template <class T>
-void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
+void conv2d_backward_data_dense(const ConvShape& sh, const T* gy, const T* w, T* gx) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   const int64_t in_elems = sh.n * sh.h * sh.w * sh.c;
@@ -199,9 +199,9 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
 }
 
 // gw[K, R*S*C] = sum over output pixels of gy^T * im2col(x); gbias[K] = sum of gy (if non-null).
-// The sums over all chunks stay in A and are rounded to T once.
+// The sums over all chunks stay in A and are rounded to T once (one group).
 template <class T>
-void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
+void conv2d_backward_filter_dense(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias) {
   using A = acc_t<T>;
   const int64_t rows_per_image = sh.out_h() * sh.out_w(), patch = sh.patch();
   // Scratch slots: 0 widened x, 1 widened gy, 2 column matrix, 4 FP32 weight gradient, 5 FP32 bias gradient.
@@ -230,6 +230,164 @@ void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw,
   for (int64_t i = 0; i < sh.k * patch; ++i) gw[i] = store_simd<T>(gwa[i]);
   if (gbias)
     for (int64_t o = 0; o < sh.k; ++o) gbias[o] = from_acc<T>(gba[o]);
+}
+
+// ---- grouped and depthwise convolution --------------------------------------------------------
+// Depthwise (one filter per channel) runs direct loops with the channel innermost: NHWC puts
+// the channels of a pixel side by side, so each tap is one vector multiply-add over C, with
+// no GEMM of one row. Other group counts gather each group's channels into a contiguous
+// tensor and run the dense im2col + GEMM path per group: real GEMMs of C/groups columns.
+namespace detail {
+
+// The weights [C, R, S, 1] widened and transposed to [R, S, C], so a tap's filters are contiguous.
+template <class A, class T> std::vector<A> depthwise_taps(const ConvShape& sh, const T* w) {
+  std::vector<A> t(static_cast<size_t>(sh.r * sh.s * sh.c));
+  for (int64_t ch = 0; ch < sh.c; ++ch)
+    for (int64_t rs = 0; rs < sh.r * sh.s; ++rs) t[rs * sh.c + ch] = A(w[ch * sh.r * sh.s + rs]);
+  return t;
+}
+
+// Visits every (output pixel, tap) pair of image b whose input pixel is inside the image.
+template <class Visit> void for_taps(const ConvShape& sh, int64_t b, Visit visit) {
+  const int64_t oh = sh.out_h(), ow = sh.out_w();
+  for (int64_t oy = 0; oy < oh; ++oy)
+    for (int64_t ox = 0; ox < ow; ++ox)
+      for (int64_t r = 0; r < sh.r; ++r) {
+        const int64_t iy = oy * sh.stride - sh.pad + r;
+        if (iy < 0 || iy >= sh.h) continue;
+        for (int64_t q = 0; q < sh.s; ++q) {
+          const int64_t ix = ox * sh.stride - sh.pad + q;
+          if (ix < 0 || ix >= sh.w) continue;
+          visit(((b * oh + oy) * ow + ox) * sh.c, ((b * sh.h + iy) * sh.w + ix) * sh.c, r * sh.s + q);
+        }
+      }
+}
+
+// Group g's channels [g * width, (g + 1) * width) of rows x [rows, channels] <-> dense [rows, width].
+template <class T> void gather_group(const T* x, int64_t rows, int64_t channels, int64_t width, int64_t g, T* out) {
+#pragma omp parallel for if (rows * width > (1 << 15))
+  for (int64_t i = 0; i < rows; ++i) std::copy(x + i * channels + g * width, x + i * channels + (g + 1) * width, out + i * width);
+}
+template <class T> void scatter_group(const T* in, int64_t rows, int64_t channels, int64_t width, int64_t g, T* x) {
+#pragma omp parallel for if (rows * width > (1 << 15))
+  for (int64_t i = 0; i < rows; ++i) std::copy(in + i * width, in + (i + 1) * width, x + i * channels + g * width);
+}
+
+inline ConvShape group_shape(const ConvShape& sh) {
+  ConvShape g = sh;
+  g.c = sh.group_c();
+  g.k = sh.group_k();
+  g.groups = 1;
+  return g;
+}
+
+}  // namespace detail
+
+template <class T>
+void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
+  if (sh.groups == 1) return conv2d_forward_dense(sh, x, w, bias, y);
+  using A = acc_t<T>;
+  if (sh.depthwise()) {
+    const std::vector<A> taps = detail::depthwise_taps<A>(sh, w);
+    const int64_t pixels = sh.out_h() * sh.out_w();
+#pragma omp parallel for if (sh.n > 1)
+    for (int64_t b = 0; b < sh.n; ++b) {
+      std::vector<A> acc(static_cast<size_t>(pixels * sh.c));
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t ch = 0; ch < sh.c; ++ch) acc[p * sh.c + ch] = bias ? A(bias[ch]) : A(0);
+      const int64_t base = b * pixels * sh.c;
+      detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
+        A* a = acc.data() + (yo - base);
+        const T* xi = x + xo;
+        const A* t = taps.data() + tap * sh.c;
+        for (int64_t ch = 0; ch < sh.c; ++ch) a[ch] += load_simd(xi[ch]) * t[ch];
+      });
+      for (int64_t i = 0; i < pixels * sh.c; ++i) y[base + i] = store_simd<T>(acc[i]);
+    }
+    return;
+  }
+  const ConvShape g = detail::group_shape(sh);
+  const int64_t in_rows = sh.n * sh.h * sh.w, out_rows = sh.n * sh.out_h() * sh.out_w();
+  std::vector<T> xg(static_cast<size_t>(in_rows * g.c)), yg(static_cast<size_t>(out_rows * g.k));
+  for (int64_t k = 0; k < sh.groups; ++k) {
+    detail::gather_group(x, in_rows, sh.c, g.c, k, xg.data());
+    conv2d_forward_dense(g, xg.data(), w + k * g.k * g.patch(), bias ? bias + k * g.k : nullptr, yg.data());
+    detail::scatter_group(yg.data(), out_rows, sh.k, g.k, k, y);
+  }
+}
+
+template <class T>
+void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
+  if (sh.groups == 1) return conv2d_backward_data_dense(sh, gy, w, gx);
+  using A = acc_t<T>;
+  if (sh.depthwise()) {
+    const std::vector<A> taps = detail::depthwise_taps<A>(sh, w);
+    const int64_t image = sh.h * sh.w * sh.c;
+#pragma omp parallel for if (sh.n > 1)
+    for (int64_t b = 0; b < sh.n; ++b) {
+      std::vector<A> acc(static_cast<size_t>(image), A(0));
+      detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
+        A* a = acc.data() + (xo - b * image);
+        const T* g = gy + yo;
+        const A* t = taps.data() + tap * sh.c;
+        for (int64_t ch = 0; ch < sh.c; ++ch) a[ch] += load_simd(g[ch]) * t[ch];
+      });
+      for (int64_t i = 0; i < image; ++i) gx[b * image + i] = store_simd<T>(acc[i]);
+    }
+    return;
+  }
+  const ConvShape g = detail::group_shape(sh);
+  const int64_t in_rows = sh.n * sh.h * sh.w, out_rows = sh.n * sh.out_h() * sh.out_w();
+  std::vector<T> gyg(static_cast<size_t>(out_rows * g.k)), gxg(static_cast<size_t>(in_rows * g.c));
+  for (int64_t k = 0; k < sh.groups; ++k) {
+    detail::gather_group(gy, out_rows, sh.k, g.k, k, gyg.data());
+    conv2d_backward_data_dense(g, gyg.data(), w + k * g.k * g.patch(), gxg.data());
+    detail::scatter_group(gxg.data(), in_rows, sh.c, g.c, k, gx);
+  }
+}
+
+// Depthwise: per block of images a partial [R, S, C] sum, the blocks added in order, so the
+// result does not depend on the thread count (as the dense path's chunks).
+template <class T>
+void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
+  if (sh.groups == 1) return conv2d_backward_filter_dense(sh, x, gy, gw, gbias);
+  using A = acc_t<T>;
+  if (sh.depthwise()) {
+    const int64_t taps = sh.r * sh.s, width = (taps + 1) * sh.c;  // + the bias sums
+    const int64_t per_block = 4, blocks = (sh.n + per_block - 1) / per_block;
+    std::vector<A> part(static_cast<size_t>(blocks * width), A(0));
+    const int64_t pixels = sh.out_h() * sh.out_w();
+#pragma omp parallel for if (blocks > 1)
+    for (int64_t bl = 0; bl < blocks; ++bl) {
+      A* acc = part.data() + bl * width;
+      for (int64_t b = bl * per_block; b < std::min(sh.n, (bl + 1) * per_block); ++b) {
+        detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
+          A* a = acc + tap * sh.c;
+          const T *g = gy + yo, *xi = x + xo;
+          for (int64_t ch = 0; ch < sh.c; ++ch) a[ch] += load_simd(g[ch]) * load_simd(xi[ch]);
+        });
+        if (gbias)
+          for (int64_t p = 0; p < pixels; ++p)
+            for (int64_t ch = 0; ch < sh.c; ++ch) acc[taps * sh.c + ch] += load_simd(gy[(b * pixels + p) * sh.c + ch]);
+      }
+    }
+    std::vector<A> sum(static_cast<size_t>(width), A(0));
+    for (int64_t bl = 0; bl < blocks; ++bl)
+      for (int64_t j = 0; j < width; ++j) sum[j] += part[bl * width + j];
+    for (int64_t ch = 0; ch < sh.c; ++ch)
+      for (int64_t t = 0; t < taps; ++t) gw[ch * taps + t] = from_acc<T>(sum[t * sh.c + ch]);
+    if (gbias)
+      for (int64_t ch = 0; ch < sh.c; ++ch) gbias[ch] = from_acc<T>(sum[taps * sh.c + ch]);
+    return;
+  }
+  const ConvShape g = detail::group_shape(sh);
+  const int64_t in_rows = sh.n * sh.h * sh.w, out_rows = sh.n * sh.out_h() * sh.out_w();
+  std::vector<T> xg(static_cast<size_t>(in_rows * g.c)), gyg(static_cast<size_t>(out_rows * g.k));
+  for (int64_t k = 0; k < sh.groups; ++k) {
+    detail::gather_group(x, in_rows, sh.c, g.c, k, xg.data());
+    detail::gather_group(gy, out_rows, sh.k, g.k, k, gyg.data());
+    conv2d_backward_filter_dense(g, xg.data(), gyg.data(), gw + k * g.k * g.patch(), gbias ? gbias + k * g.k : nullptr);
+  }
 }
 
 }  // namespace kernels::cpu

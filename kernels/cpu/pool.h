@@ -134,4 +134,32 @@ void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* 
   }
 }
 
+// Channel gate (squeeze-and-excitation's rescale): y[n, p, c] = x[n, p, c] * g[n, c] over the
+// hw positions p, one rounding per element; the same call gives gx from gy. The gate's
+// gradient gg[n, c] = sum over p of gy * x, accumulated in acc_t<T>.
+template <class T>
+void channel_gate_forward(int64_t n, int64_t hw, int64_t c, const T* x, const T* g, T* y, Stream = nullptr) {
+#pragma omp parallel for if (n * hw * c > (1 << 15))
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t i = (b * hw + p) * c + ch;
+        y[i] = from_acc<T>(acc_t<T>(x[i]) * acc_t<T>(g[b * c + ch]));
+      }
+}
+
+template <class T>
+void channel_gate_backward_gate(int64_t n, int64_t hw, int64_t c, const T* x, const T* gy, T* gg, Stream = nullptr) {
+#pragma omp parallel for if (n > 1)
+  for (int64_t b = 0; b < n; ++b) {
+    std::vector<acc_t<T>> sum(static_cast<size_t>(c), acc_t<T>(0));
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t i = (b * hw + p) * c + ch;
+        sum[ch] += acc_t<T>(gy[i]) * acc_t<T>(x[i]);
+      }
+    for (int64_t ch = 0; ch < c; ++ch) gg[b * c + ch] = from_acc<T>(sum[ch]);
+  }
+}
+
 }  // namespace kernels::cpu

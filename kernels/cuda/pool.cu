@@ -104,6 +104,35 @@ __global__ void __launch_bounds__(kBlock) gap_bwd_kernel(int64_t n, int64_t hw, 
   }
 }
 
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    gate_fwd_kernel(int64_t n, int64_t hw, int64_t c, const T* x, const T* g, T* y) {
+  const int64_t total = n * hw * c;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t ch = e % c, b = e / (hw * c);
+    y[e] = from_acc<T>(acc_t<T>(x[e]) * acc_t<T>(g[b * c + ch]));
+  }
+}
+
+// One thread per (n, c): the sum over positions in order, as the CPU (neighbouring threads read
+// neighbouring channels, so the loads coalesce).
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    gate_bwd_kernel(int64_t n, int64_t hw, int64_t c, const T* x, const T* gy, T* gg) {
+  const int64_t total = n * c;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t ch = e % c, b = e / c;
+    acc_t<T> sum = 0;
+    for (int64_t p = 0; p < hw; ++p) {
+      const int64_t i = (b * hw + p) * c + ch;
+      sum += acc_t<T>(gy[i]) * acc_t<T>(x[i]);
+    }
+    gg[e] = from_acc<T>(sum);
+  }
+}
+
 void check_dims(const PoolShape& d, const char* op) {
   ENGINE_CHECK(d.n >= 0 && d.h > 0 && d.w > 0 && d.c > 0 && d.kernel > 0 && d.stride > 0 && d.pad >= 0 &&
                    d.pad * 2 <= d.kernel && d.out_h() > 0 && d.out_w() > 0,
@@ -146,11 +175,30 @@ void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* 
   CHECK_LAUNCH();
 }
 
+template <class T>
+void channel_gate_forward(int64_t n, int64_t hw, int64_t c, const T* x, const T* g, T* y, cudaStream_t s) {
+  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0, "channel_gate_forward: bad shape n=" << n << " hw=" << hw << " c=" << c);
+  if (n == 0) return;
+  gate_fwd_kernel<T><<<grid_for(n * hw * c), kBlock, 0, s>>>(n, hw, c, x, g, y);
+  CHECK_LAUNCH();
+}
+
+template <class T>
+void channel_gate_backward_gate(int64_t n, int64_t hw, int64_t c, const T* x, const T* gy, T* gg, cudaStream_t s) {
+  ENGINE_CHECK(hw > 0 && c > 0 && n >= 0,
+               "channel_gate_backward_gate: bad shape n=" << n << " hw=" << hw << " c=" << c);
+  if (n == 0) return;
+  gate_bwd_kernel<T><<<grid_for(n * c), kBlock, 0, s>>>(n, hw, c, x, gy, gg);
+  CHECK_LAUNCH();
+}
+
 #define ENGINE_CUDA_POOL(T)                                                                              \
   template void max_pool2d_forward<T>(const PoolShape&, const T*, T*, int32_t*, cudaStream_t);             \
   template void max_pool2d_backward<T>(const PoolShape&, const T*, const int32_t*, T*, cudaStream_t);      \
   template void global_avg_pool_forward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);        \
-  template void global_avg_pool_backward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);
+  template void global_avg_pool_backward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);         \
+  template void channel_gate_forward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);    \
+  template void channel_gate_backward_gate<T>(int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);
 ENGINE_CUDA_POOL(float)
 ENGINE_CUDA_POOL(double)
 ENGINE_CUDA_POOL(kernels::half)

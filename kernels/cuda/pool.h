@@ -19,6 +19,12 @@ template <class T>
 void max_pool2d_backward(const PoolShape& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t stream);
 // y[n, c] = mean over hw of x[n, hw, c] (sum in acc_t<T>, in order, then one division).
 template <class T> void global_avg_pool_forward(int64_t n, int64_t hw, int64_t c, const T* x, T* y, cudaStream_t stream);
+// Channel gate, the twins of kernels/cpu/pool.h: y = x * g[n, c]; gg[n, c] = sum_p gy * x.
+template <class T>
+void channel_gate_forward(int64_t n, int64_t hw, int64_t c, const T* x, const T* g, T* y, cudaStream_t stream);
+template <class T>
+void channel_gate_backward_gate(int64_t n, int64_t hw, int64_t c, const T* x, const T* gy, T* gg,
+                                cudaStream_t stream);
 template <class T>
 void global_avg_pool_backward(int64_t n, int64_t hw, int64_t c, const T* gy, T* gx, cudaStream_t stream);
 

@@ -62,7 +62,7 @@ std::vector<double> masters(const engine::Module& m) {
 // 8 u per step of |w| + 10 lr on the masters). A state value that lands that close to a code
 // boundary may round to the neighbouring code: within one code step, 2^(1/8) - 1 = 9.1% of the
 // value (signed) or 2^(1/16) - 1 = 4.4% (unsigned), plus the FP32 part; BF16 state within one
-// BF16 rounding (2^-8) of the value.
+// BF16 step (2^-7 of the value: a midpoint case rounds a whole step apart).
 TEST_CASE("compact optimizer state on the GPU matches the CPU's block step", "[cuda]") {
   for (StateFormat f : {StateFormat::Int8, StateFormat::BF16}) {
     for (bool adam : {true, false}) {
@@ -97,17 +97,25 @@ TEST_CASE("compact optimizer state on the GPU matches the CPU's block step", "[c
         CHECK(oc->step(1.0 / 128) == engine::StepResult::Applied);
         og->step(1.0 / 128);
       }
+      // A state value that flipped to the neighbouring code changes its element's later updates
+      // by up to that code step (9%) of an update (at most ~10 lr): allowed for a few elements
+      // (1 in 1000), the rest within the FP32 bound.
       const double u = std::ldexp(1.0, -24), lr = adam ? 1e-3 : 0.05;
       const auto wc = masters(*cpu), wg = masters(*gpu);
-      size_t bad = 0;
-      for (size_t i = 0; i < wc.size(); ++i)
-        bad += std::fabs(wg[i] - wc[i]) > 8 * steps * u * (std::fabs(wc[i]) + 10 * lr);
-      CHECK(bad == 0);
+      size_t beyond_fp32 = 0, beyond_flip = 0;
+      for (size_t i = 0; i < wc.size(); ++i) {
+        const double d = std::fabs(wg[i] - wc[i]), fp32 = 8 * steps * u * (std::fabs(wc[i]) + 10 * lr);
+        beyond_fp32 += d > fp32;
+        beyond_flip += d > fp32 + 0.1 * 10 * lr * steps;
+      }
+      INFO(beyond_fp32 << " of " << wc.size() << " masters beyond the FP32 bound");
+      CHECK(beyond_flip == 0);
+      CHECK(beyond_fp32 <= wc.size() / 1000);
       for (int which : adam ? std::vector<int>{1, 2} : std::vector<int>{1}) {
         INFO("state " << which);
         const auto sc = state_values(*oc, f, which), sg = state_values(*og, f, which);
         REQUIRE(sc.size() == sg.size());
-        const double code_step = f == StateFormat::BF16 ? std::ldexp(1.0, -8)
+        const double code_step = f == StateFormat::BF16 ? std::ldexp(1.0, -7)
                                  : which == 1          ? std::pow(2.0, 1.0 / 8) - 1
                                                        : std::pow(2.0, 1.0 / 16) - 1;
         size_t off = 0;
