@@ -164,11 +164,13 @@ Tensor fan_in_uniform(const Shape& shape, int64_t fan_in) {
 }
 }  // namespace
 
-Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t pad_, bool with_bias)
-    : stride(stride_), pad(pad_) {
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t pad_, bool with_bias, int64_t groups_)
+    : stride(stride_), pad(pad_), groups(groups_) {
   ENGINE_CHECK(in > 0 && out > 0 && kernel > 0, "Conv2d: bad sizes in=" << in << " out=" << out << " kernel=" << kernel);
-  const int64_t fan_in = in * kernel * kernel;
-  weight = add_parameter("weight", fan_in_uniform({out, kernel, kernel, in}, fan_in));
+  ENGINE_CHECK(groups >= 1 && in % groups == 0 && out % groups == 0,
+               "Conv2d: " << groups << " groups do not divide " << in << " input and " << out << " output channels");
+  const int64_t fan_in = in / groups * kernel * kernel;  // PyTorch's: one group's inputs
+  weight = add_parameter("weight", fan_in_uniform({out, kernel, kernel, in / groups}, fan_in));
   if (with_bias) bias = add_parameter("bias", fan_in_uniform({out}, fan_in));
 }
 
@@ -201,13 +203,14 @@ bool Conv2d::fold_affine(const std::vector<double>& scale, const std::vector<dou
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  return conv2d(x, weight->value, bias ? bias->value : Tensor(), stride, pad);
+  return conv2d(x, weight->value, bias ? bias->value : Tensor(), stride, pad, groups);
 }
 
 std::string Conv2d::describe() const {
   std::ostringstream os;
   const Shape& s = weight->master.shape();
-  os << "Conv2d(" << s[3] << "->" << s[0] << ", " << s[1] << "x" << s[2] << ", stride " << stride << ", pad " << pad
+  os << "Conv2d(" << s[3] * groups << "->" << s[0] << ", " << s[1] << "x" << s[2] << ", stride " << stride << ", pad "
+     << pad << (groups == s[0] && groups > 1 ? ", depthwise" : groups > 1 ? ", groups " + std::to_string(groups) : "")
      << (bias ? "" : ", no bias") << ")";
   return os.str();
 }

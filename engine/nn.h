@@ -91,15 +91,17 @@ int fold_batch_norm(Module& root, DType compute);
 // PyTorch's default initialisation for both: weights and biases uniform in +-1/sqrt(fan_in).
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t pad = 0, bool bias = true);
+  // groups > 1: grouped convolution (groups = in = out: depthwise), weight [out, k, k, in / groups].
+  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t pad = 0, bool bias = true,
+         int64_t groups = 1);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
   // Inference: folds a per-output-channel affine map that follows (y * scale + shift) into the
   // weights and bias (adding a bias if there is none), in FP64, rounded once. Returns false and
   // changes nothing when a folded value would exceed half of `compute`'s largest finite value.
   bool fold_affine(const std::vector<double>& scale, const std::vector<double>& shift, DType compute);
-  ParamPtr weight, bias;  // weight KRSC [out, k, k, in]
-  int64_t stride, pad;
+  ParamPtr weight, bias;  // weight KRSC [out, k, k, in / groups]
+  int64_t stride, pad, groups = 1;
 };
 
 class Linear : public Module {

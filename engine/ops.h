@@ -11,8 +11,10 @@
 
 namespace engine {
 
-// x [N,H,W,C], w [K,R,S,C], bias [K] or undefined -> [N,OH,OW,K]. Same dtype throughout.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t pad = 0);
+// x [N,H,W,C], w [K,R,S,C/groups], bias [K] or undefined -> [N,OH,OW,K]. Same dtype throughout.
+// groups > 1 splits C and K into that many independent convolutions (groups = C = K: depthwise).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t pad = 0,
+              int64_t groups = 1);
 // x [N,in], w [out,in] (PyTorch's layout), bias [out] or undefined -> [N,out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 

@@ -16,7 +16,7 @@ int64_t conv_flops(const kernels::ConvShape& sh) { return 2 * sh.n * sh.out_h() 
 int64_t gemm_flops() { return g_gemm_flops.load(); }
 void reset_gemm_flops() { g_gemm_flops = 0; }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad, int64_t groups) {
   // Under autocast, inputs of another dtype are cast (a no-op for compute copies).
   const Tensor x = autocast_input("conv2d", x_in), w = autocast_input("conv2d", w_in),
                bias = autocast_input("conv2d", b_in);
@@ -25,11 +25,15 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   check_same_dtype_device("conv2d", x, w);
   ENGINE_CHECK(x.ndim() == 4, "conv2d: input must be NHWC (4-D), got " << x.desc());
   ENGINE_CHECK(w.ndim() == 4, "conv2d: weight must be KRSC (4-D), got " << w.desc());
-  ENGINE_CHECK(w.dim(3) == x.dim(3), "conv2d: input " << shape_str(x.shape()) << " has " << x.dim(3)
-                                                      << " channels but weight " << shape_str(w.shape())
-                                                      << " expects " << w.dim(3));
+  ENGINE_CHECK(groups >= 1 && x.dim(3) % groups == 0 && w.dim(0) % groups == 0,
+               "conv2d: " << groups << " groups do not divide input " << shape_str(x.shape()) << " and weight "
+                          << shape_str(w.shape()));
+  ENGINE_CHECK(w.dim(3) * groups == x.dim(3), "conv2d: input " << shape_str(x.shape()) << " has " << x.dim(3)
+                                                               << " channels but weight " << shape_str(w.shape())
+                                                               << " expects " << w.dim(3) * groups
+                                                               << (groups > 1 ? " (" + std::to_string(groups) + " groups)" : std::string()));
   ENGINE_CHECK(stride >= 1 && pad >= 0, "conv2d: bad stride " << stride << " or padding " << pad);
-  kernels::ConvShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2), stride, pad};
+  kernels::ConvShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2), stride, pad, groups};
   ENGINE_CHECK(x.dim(1) + 2 * pad >= w.dim(1) && x.dim(2) + 2 * pad >= w.dim(2),
                "conv2d: kernel " << w.dim(1) << "x" << w.dim(2) << " larger than padded input " << shape_str(x.shape()));
   if (bias.defined()) {

@@ -191,13 +191,17 @@ Tensor run_conv(const Fixture& f, DType dt, Tensor& x, Tensor& w, Tensor& b) {
   x = f.leaf("x", dt);
   w = f.leaf("w", dt);
   b = f.has("b") ? f.leaf("b", dt) : Tensor();
-  return forward_backward(f.tensor("gout", dt), [&] { return engine::conv2d(x, w, b, f.integer("stride"), f.integer("pad")); });
+  const int64_t groups = f.has("groups") ? f.integer("groups") : 1;
+  return forward_backward(f.tensor("gout", dt),
+                          [&] { return engine::conv2d(x, w, b, f.integer("stride"), f.integer("pad"), groups); });
 }
 
 }  // namespace
 
 GOLDEN_TEST("golden: conv2d matches PyTorch in values and gradients (NHWC/KRSC)", "[golden][conv]") {
-  for (const char* name : {"conv_3x3_s1_p1_bias", "conv_3x3_s2_p1_nobias", "conv_5x5_s1_p2_bias", "conv_1x1_s2_nobias"}) {
+  for (const char* name : {"conv_3x3_s1_p1_bias", "conv_3x3_s2_p1_nobias", "conv_5x5_s1_p2_bias", "conv_1x1_s2_nobias",
+                           "conv_depthwise_3x3_s1_p1_bias", "conv_depthwise_5x5_s2_p2_nobias",
+                           "conv_groups2_3x3_s1_p1_bias"}) {
     const Fixture f(name);
     for (const Mode& m : kModes) {
       INFO(name << " in " << dtype_str(m.dt));
@@ -208,6 +212,33 @@ GOLDEN_TEST("golden: conv2d matches PyTorch in values and gradients (NHWC/KRSC)"
       expect_close("gw", w.grad(), f.get("gw"), m.rtol);
       if (b.defined()) expect_close("gb", b.grad(), f.get("gb"), m.rtol);
     }
+  }
+}
+
+GOLDEN_TEST("golden: SiLU and sigmoid match PyTorch (FP32 math for 16-bit data)", "[golden]") {
+  for (const char* name : {"silu", "sigmoid"}) {
+    const Fixture f(name);
+    for (const Mode& m : kModes) {
+      INFO(name << " in " << dtype_str(m.dt));
+      Tensor x = f.leaf("x", m.dt);
+      const Tensor y = forward_backward(f.tensor("gout", m.dt), [&] {
+        return std::string(name) == "silu" ? engine::silu(x) : engine::sigmoid(x);
+      });
+      expect_close("out", y, f.get("out"), m.rtol);
+      expect_close("gx", x.grad(), f.get("gx"), m.rtol);
+    }
+  }
+}
+
+GOLDEN_TEST("golden: the channel gate matches PyTorch's broadcast multiply", "[golden]") {
+  const Fixture f("channel_gate");
+  for (const Mode& m : kModes) {
+    INFO(dtype_str(m.dt));
+    Tensor x = f.leaf("x", m.dt), g = f.leaf("g", m.dt);
+    const Tensor y = forward_backward(f.tensor("gout", m.dt), [&] { return engine::channel_gate(x, g); });
+    expect_close("out", y, f.get("out"), m.rtol);
+    expect_close("gx", x.grad(), f.get("gx"), m.rtol);
+    expect_close("gg", g.grad(), f.get("gg"), m.rtol);
   }
 }
 

@@ -33,6 +33,56 @@ TEST_CASE("conv2d backward matches finite differences", "[grad][conv]") {
   }
 }
 
+TEST_CASE("grouped and depthwise conv2d backward match finite differences", "[grad][conv]") {
+  engine::manual_seed(2);
+  struct Case { int64_t n, h, w, c, k, r, stride, pad, groups; bool bias; };
+  const Case cases[] = {
+      {2, 5, 5, 4, 4, 3, 1, 1, 4, true},   // depthwise 3x3 "same" (EfficientNet's stride-1 blocks)
+      {1, 7, 6, 3, 3, 5, 2, 2, 3, false},  // depthwise 5x5, stride 2, odd width
+      {2, 4, 4, 6, 4, 3, 1, 1, 2, true},   // 2 groups of 3 -> 2 channels (the per-group GEMM path)
+      {1, 5, 5, 4, 8, 1, 1, 0, 4, false},  // grouped pointwise, 1 -> 2 channels a group
+  };
+  for (const Case& c : cases) {
+    INFO("case n" << c.n << " h" << c.h << " w" << c.w << " c" << c.c << " k" << c.k << " r" << c.r << " stride"
+                  << c.stride << " pad" << c.pad << " groups " << c.groups);
+    std::vector<Tensor> in = {rand64({c.n, c.h, c.w, c.c}), rand64({c.k, c.r, c.r, c.c / c.groups})};
+    if (c.bias) in.push_back(rand64({c.k}));
+    gradcheck("conv2d", [&](const std::vector<Tensor>& v) {
+      return engine::conv2d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), c.stride, c.pad, c.groups);
+    }, in);
+  }
+}
+
+// A grouped convolution is its groups' dense convolutions side by side: the same numbers as
+// running each group alone on its slice of channels (FP32, the dense path as the reference).
+TEST_CASE("grouped conv2d equals its groups run one by one", "[conv]") {
+  engine::manual_seed(3);
+  for (int64_t groups : {2, 6}) {
+    INFO(groups << " groups");
+    const int64_t c = 6, k = 6;
+    const Tensor x = engine::uniform({3, 6, 6, c}, -1, 1, engine::DType::F32);
+    const Tensor w = engine::uniform({k, 3, 3, c / groups}, -1, 1, engine::DType::F32);
+    const Tensor b = engine::uniform({k}, -1, 1, engine::DType::F32);
+    const std::vector<double> y = engine::conv2d(x, w, b, 1, 1, groups).to_vector();
+    const std::vector<double> xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+    const int64_t cg = c / groups, kg = k / groups, per_w = 9 * cg;
+    for (int64_t g = 0; g < groups; ++g) {
+      std::vector<double> xs, ws(wv.begin() + g * kg * per_w, wv.begin() + (g + 1) * kg * per_w),
+          bs(bv.begin() + g * kg, bv.begin() + (g + 1) * kg);
+      for (int64_t p = 0; p < 3 * 36; ++p) xs.insert(xs.end(), xv.begin() + p * c + g * cg, xv.begin() + p * c + (g + 1) * cg);
+      const std::vector<double> yg =
+          engine::conv2d(Tensor::from_vector(xs, {3, 6, 6, cg}, engine::DType::F32),
+                         Tensor::from_vector(ws, {kg, 3, 3, cg}, engine::DType::F32),
+                         Tensor::from_vector(bs, {kg}, engine::DType::F32), 1, 1)
+              .to_vector();
+      // FP32: both sum the same 9 * cg products, possibly in another order: within 2 * 9 * cg *
+      // 2^-24 of the sum of their magnitudes (each below 1 here), so 1e-5 absolute.
+      for (int64_t p = 0; p < 3 * 36; ++p)
+        for (int64_t o = 0; o < kg; ++o) REQUIRE(std::fabs(y[p * k + g * kg + o] - yg[p * kg + o]) <= 1e-5);
+    }
+  }
+}
+
 TEST_CASE("linear backward matches finite differences", "[grad]") {
   engine::manual_seed(2);
   gradcheck("linear", [](const std::vector<Tensor>& v) { return engine::linear(v[0], v[1], v[2]); },

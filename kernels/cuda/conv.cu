@@ -61,7 +61,8 @@ template <> cudnnDataType_t cudnn_type<bfloat16>() { return CUDNN_DATA_BFLOAT16;
 std::string dims_str(const ConvShape& d) {
   std::ostringstream os;
   os << "x[" << d.n << "," << d.h << "," << d.w << "," << d.c << "] w[" << d.k << "," << d.r << "," << d.s << ","
-     << d.c << "] stride " << d.stride << " pad " << d.pad;
+     << d.group_c() << "] stride " << d.stride << " pad " << d.pad;
+  if (d.groups > 1) os << " groups " << d.groups;
   return os.str();
 }
 
@@ -95,15 +96,17 @@ struct Descs {
   ConvDesc conv;
   Descs(const ConvShape& d, cudnnDataType_t dt) {
     const int64_t oh = d.out_h(), ow = d.out_w();
-    for (int64_t v : {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad, oh, ow})
+    for (int64_t v : {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad, oh, ow, d.groups})
       ENGINE_CHECK(v <= INT_MAX, "conv2d: dimension " << v << " exceeds cuDNN's int range (" << dims_str(d) << ")");
     const auto i = [](int64_t v) { return static_cast<int>(v); };
     CHECK_CUDNN(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.c), i(d.h), i(d.w)));
     CHECK_CUDNN(cudnnSetTensor4dDescriptor(y.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.k), i(oh), i(ow)));
     // NHWC filter format = [K, R, S, C] in memory: our KRSC layout.
-    CHECK_CUDNN(cudnnSetFilter4dDescriptor(w.d, dt, CUDNN_TENSOR_NHWC, i(d.k), i(d.c), i(d.r), i(d.s)));
+    // Grouped: the filter holds C / groups input channels; cuDNN splits C and K itself.
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(w.d, dt, CUDNN_TENSOR_NHWC, i(d.k), i(d.group_c()), i(d.r), i(d.s)));
     CHECK_CUDNN(cudnnSetConvolution2dDescriptor(conv.d, i(d.pad), i(d.pad), i(d.stride), i(d.stride), 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    if (d.groups > 1) CHECK_CUDNN(cudnnSetConvolutionGroupCount(conv.d, i(d.groups)));
     int on = 0, oc = 0, ohh = 0, oww = 0;
     CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(conv.d, x.d, w.d, &on, &oc, &ohh, &oww));
     ENGINE_CHECK(on == d.n && oc == d.k && ohh == oh && oww == ow,
@@ -247,11 +250,11 @@ cudnnStatus_t run(Dir dir, cudnnHandle_t h, const Descs& d, int algo, void* ws, 
 // buffers may refuse a view at an odd offset.
 struct Key {
   int dir, dt, tf32, search, det, align;
-  int64_t n, h, w, c, k, r, s, stride, pad;
+  int64_t n, h, w, c, k, r, s, stride, pad, groups;
   bool operator<(const Key& o) const {
-    return std::tie(dir, dt, tf32, search, det, align, n, h, w, c, k, r, s, stride, pad) <
+    return std::tie(dir, dt, tf32, search, det, align, n, h, w, c, k, r, s, stride, pad, groups) <
            std::tie(o.dir, o.dt, o.tf32, o.search, o.det, o.align, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.stride,
-                    o.pad);
+                    o.pad, o.groups);
   }
 };
 
@@ -332,7 +335,7 @@ Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, bool tf32, Conv
   return Key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search), det ? 1 : 0,
              static_cast<int>(std::min({detail::pointer_alignment(in0), detail::pointer_alignment(in1),
                                         detail::pointer_alignment(out)})),
-             dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad};
+             dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad, dims.groups};
 }
 
 // Runs the convolution with its own descriptors: the cached algorithm, else the configured
@@ -407,6 +410,7 @@ void copy_channels(void* dst, int64_t to, const void* src, int64_t from, int64_t
 // the result sliced back. Zero channels add nothing to any sum, so the result is the same.
 bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
                  void* out, cudaStream_t stream, std::ostringstream& tried) {
+  if (dims.groups > 1) return false;  // padding would move channels across groups
   ConvShape p = dims;
   p.c = round_up8(dims.c);
   p.k = round_up8(dims.k);
@@ -497,7 +501,8 @@ bool empty_input(const ConvShape& d) { return d.n == 0; }
 
 void check_dims(const ConvShape& d, const char* op) {
   ENGINE_CHECK(d.n >= 0 && d.h > 0 && d.w > 0 && d.c > 0 && d.k > 0 && d.r > 0 && d.s > 0 && d.stride > 0 &&
-                   d.pad >= 0 && d.out_h() > 0 && d.out_w() > 0,
+                   d.pad >= 0 && d.out_h() > 0 && d.out_w() > 0 && d.groups >= 1 && d.c % d.groups == 0 &&
+                   d.k % d.groups == 0,
                op << ": bad shape " << dims_str(d));
 }
 
@@ -521,7 +526,7 @@ template <class T>
 void conv2d_backward_filter(const ConvShape& d, const T* x, const T* gy, T* gw, T* gbias, cudaStream_t stream) {
   check_dims(d, "conv2d_backward_filter");
   if (empty_input(d)) {  // an empty batch contributes nothing: zero gradients, as on the CPU
-    fill<T>(gw, 0.0, d.k * d.r * d.s * d.c, stream);
+    fill<T>(gw, 0.0, d.k * d.r * d.s * d.group_c(), stream);
     if (gbias) fill<T>(gbias, 0.0, d.k, stream);
     return;
   }

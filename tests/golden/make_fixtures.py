@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # Writes tests/data/golden/<case>.txt: fixed inputs and PyTorch's float64 outputs and gradients
-# for conv2d, linear, max-pool, batch-norm, cross-entropy and SGD/Adam/AdamW steps, in the
+# for conv2d (dense, grouped, depthwise), linear, max-pool, batch-norm, cross-entropy, SiLU,
+# sigmoid, the squeeze-and-excitation channel gate and SGD/Adam/AdamW steps, in the
 # engine's layout (activations NHWC, conv filters KRSC). Only this script needs torch; the
 # fixtures it writes are committed and read by tests/test_golden.cpp.
 #
@@ -75,17 +76,20 @@ def leaf(t):
     return t.clone().requires_grad_(True)
 
 
-def conv_case(name, n, h, w, c, k, r, stride, pad, bias):
-    x_ours, w_ours = rand(n, h, w, c), rand(k, r, r, c)
+def conv_case(name, n, h, w, c, k, r, stride, pad, bias, groups=1):
+    x_ours, w_ours = rand(n, h, w, c), rand(k, r, r, c // groups)
     b = rand(k) if bias else None
     x, wt = leaf(nhwc_to_nchw(x_ours)), leaf(krsc_to_oihw(w_ours))
     bt = leaf(b) if bias else None
-    y = F.conv2d(x, wt, bt, stride=stride, padding=pad)
+    y = F.conv2d(x, wt, bt, stride=stride, padding=pad, groups=groups)
     gout_ours = rand(*nchw_to_nhwc(y).shape)
     (y * nhwc_to_nchw(gout_ours)).sum().backward()
-    cs = Case(name, f"conv2d {r}x{r} stride {stride} pad {pad}" + (" with bias" if bias else " no bias"))
+    cs = Case(name, f"conv2d {r}x{r} stride {stride} pad {pad}" + (" with bias" if bias else " no bias") +
+              (f", {groups} groups" if groups > 1 else ""))
     cs.put("stride", stride, "i32")
     cs.put("pad", pad, "i32")
+    if groups > 1:
+        cs.put("groups", groups, "i32")
     cs.put("x", x_ours)
     cs.put("w", w_ours)
     if bias:
@@ -191,6 +195,28 @@ def optim_case(name, about, make_opt, state_keys):
     return cs
 
 
+def unary_case(name, fn, about):
+    x = leaf(rand(3, 4, 5, lo=-8.0, hi=8.0))  # both tails and the middle
+    y = fn(x)
+    gout = rand(*y.shape)
+    (y * gout).sum().backward()
+    cs = Case(name, about)
+    for nm, t in [("x", x), ("gout", gout), ("out", y), ("gx", x.grad)]:
+        cs.put(nm, t)
+    return cs
+
+
+def gate_case():
+    x_ours, g = leaf(rand(2, 3, 4, 5)), leaf(rand(2, 5))
+    y = x_ours * g[:, None, None, :]  # NHWC times [N, C]: squeeze-and-excitation's rescale
+    gout = rand(*y.shape)
+    (y * gout).sum().backward()
+    cs = Case("channel_gate", "x[2,3,4,5] (NHWC) * gate[2,5] broadcast over H and W")
+    for nm, t in [("x", x_ours), ("g", g), ("gout", gout), ("out", y), ("gx", x_ours.grad), ("gg", g.grad)]:
+        cs.put(nm, t)
+    return cs
+
+
 def main():
     torch.use_deterministic_algorithms(True)
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -216,6 +242,13 @@ def main():
         optim_case("adamw", "AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 weight_decay 1e-2; two steps",
                    lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2),
                    ["exp_avg", "exp_avg_sq"]),
+        # Appended after the original cases, so those draw the same inputs as before.
+        conv_case("conv_depthwise_3x3_s1_p1_bias", 2, 5, 5, 4, 4, 3, 1, 1, True, groups=4),
+        conv_case("conv_depthwise_5x5_s2_p2_nobias", 1, 7, 6, 3, 3, 5, 2, 2, False, groups=3),
+        conv_case("conv_groups2_3x3_s1_p1_bias", 2, 4, 4, 6, 4, 3, 1, 1, True, groups=2),
+        unary_case("silu", F.silu, "SiLU x * sigmoid(x) on [3,4,5] in [-8, 8]"),
+        unary_case("sigmoid", torch.sigmoid, "sigmoid on [3,4,5] in [-8, 8]"),
+        gate_case(),
     ]
     total = 0
     for cs in cases:
