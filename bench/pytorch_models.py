@@ -114,7 +114,44 @@ def resnet50(classes=10):
     return nn.Sequential(*mods)
 
 
-MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18, "resnet50": resnet50}
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels, squeeze):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(channels, squeeze), nn.Linear(squeeze, channels)
+
+    def forward(self, x):
+        s = torch.sigmoid(self.fc2(F.silu(self.fc1(x.mean((2, 3))))))
+        return x * s[:, :, None, None]
+
+
+def conv_bn_silu(cin, cout, kernel, stride, groups=1):
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+                         nn.BatchNorm2d(cout), nn.SiLU())
+
+
+def mbconv(cin, cout, expand, kernel, stride):
+    mid = cin * expand
+    mods = [conv_bn_silu(cin, mid, 1, 1)] if expand != 1 else []
+    mods += [conv_bn_silu(mid, mid, kernel, stride, groups=mid), SqueezeExcite(mid, max(1, cin // 4)),
+             nn.Conv2d(mid, cout, 1, 1, 0, bias=False), nn.BatchNorm2d(cout)]
+    body = nn.Sequential(*mods)
+    return Residual(body) if stride == 1 and cin == cout else body
+
+
+def efficientnet_b0(classes=10):
+    stages = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+    mods, cin = [conv_bn_silu(3, 32, 3, 1)], 32
+    for expand, kernel, stride, cout, layers in stages:
+        for i in range(layers):
+            mods.append(mbconv(cin, cout, expand, kernel, stride if i == 0 else 1))
+            cin = cout
+    mods += [conv_bn_silu(cin, 1280, 1, 1), GlobalAvgPool(), nn.Dropout(0.2), nn.Linear(1280, classes)]
+    return nn.Sequential(*mods)
+
+
+MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18, "resnet50": resnet50,
+          "efficientnet_b0": efficientnet_b0}
 
 
 def to_input(images_u8_nhwc):

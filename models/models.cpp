@@ -23,7 +23,44 @@ std::string Residual::describe() const {
   return "Residual(" + body->describe() + (shortcut ? ", shortcut " + shortcut->describe() : std::string()) + ")";
 }
 
+SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeeze)
+    : fc1(std::make_shared<engine::Linear>(channels, squeeze)), fc2(std::make_shared<engine::Linear>(squeeze, channels)) {
+  add_module("fc1", fc1);
+  add_module("fc2", fc2);
+}
+
+engine::Tensor SqueezeExcite::forward(const engine::Tensor& x) {
+  const engine::Tensor s = engine::silu((*fc1)(engine::global_avg_pool(x)));
+  return engine::channel_gate(x, engine::sigmoid((*fc2)(s)));
+}
+
+std::string SqueezeExcite::describe() const {
+  return "SqueezeExcite(" + fc1->describe() + ", " + fc2->describe() + ")";
+}
+
 namespace {
+
+// conv (no bias: batch-norm follows) + BN + SiLU: EfficientNet's unit.
+std::shared_ptr<Sequential> conv_bn_silu(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups = 1) {
+  auto s = make_shared<Sequential>();
+  s->add(make_shared<engine::Conv2d>(in, out, kernel, stride, kernel / 2, false, groups))
+      .add(make_shared<engine::BatchNorm2d>(out))
+      .add(make_shared<engine::SiLU>());
+  return s;
+}
+
+// MBConv: [1x1 expand + BN + SiLU] depthwise kxk + BN + SiLU, squeeze-and-excitation (to a
+// quarter of the block's input channels), 1x1 project + BN; + x when stride 1 and in = out.
+std::shared_ptr<Module> mbconv(int64_t in, int64_t out, int64_t expand, int64_t kernel, int64_t stride) {
+  const int64_t mid = in * expand;
+  auto body = make_shared<Sequential>();
+  if (expand != 1) body->add(conv_bn_silu(in, mid, 1, 1));
+  body->add(conv_bn_silu(mid, mid, kernel, stride, mid));
+  body->add(make_shared<SqueezeExcite>(mid, std::max<int64_t>(1, in / 4)));
+  body->add(make_shared<engine::Conv2d>(mid, out, 1, 1, 0, false)).add(make_shared<engine::BatchNorm2d>(out));
+  if (stride == 1 && in == out) return make_shared<Residual>(body);
+  return body;
+}
 
 // conv3x3 (no bias: batch-norm follows) + BN + ReLU.
 std::shared_ptr<Sequential> conv_bn_relu(int64_t in, int64_t out, int64_t stride = 1) {
@@ -76,6 +113,25 @@ std::shared_ptr<Sequential> bottleneck(int64_t in, int64_t width, int64_t stride
 }
 
 }  // namespace
+
+std::shared_ptr<Module> efficientnet_b0(int classes) {
+  struct Stage { int64_t expand, kernel, stride, out, layers; };
+  const Stage stages[] = {{1, 3, 1, 16, 1}, {6, 3, 2, 24, 2},  {6, 5, 2, 40, 2}, {6, 3, 2, 80, 3},
+                          {6, 5, 1, 112, 3}, {6, 5, 2, 192, 4}, {6, 3, 1, 320, 1}};
+  auto net = make_shared<Sequential>();
+  net->add(conv_bn_silu(3, 32, 3, 1));  // CIFAR stem: stride 1 (ImageNet's is 2)
+  int64_t in = 32;
+  for (const Stage& st : stages)
+    for (int64_t l = 0; l < st.layers; ++l) {
+      net->add(mbconv(in, st.out, st.expand, st.kernel, l == 0 ? st.stride : 1));
+      in = st.out;
+    }
+  net->add(conv_bn_silu(in, 1280, 1, 1))
+      .add(make_shared<engine::GlobalAvgPool>())
+      .add(make_shared<engine::Dropout>(0.2))
+      .add(make_shared<engine::Linear>(1280, classes));
+  return net;
+}
 
 std::shared_ptr<Module> resnet50(int classes) {
   auto net = make_shared<Sequential>();
@@ -138,7 +194,7 @@ std::shared_ptr<Module> resnet9(int classes) {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18", "resnet50"};
+  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"};
   return names;
 }
 
@@ -147,7 +203,8 @@ std::shared_ptr<Module> make_model(const std::string& name, int classes) {
   if (name == "resnet9") return resnet9(classes);
   if (name == "resnet18") return resnet18(classes);
   if (name == "resnet50") return resnet50(classes);
-  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18 or resnet50)");
+  if (name == "efficientnet_b0") return efficientnet_b0(classes);
+  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18, resnet50 or efficientnet_b0)");
 }
 
 std::string pytorch_path(const std::string& model, const std::string& path) {
@@ -178,9 +235,11 @@ const PytorchNaming& pytorch_naming(const std::string& model) {
       {"resnet9", {}},
       {"resnet18", {}},
       {"resnet50", {}},
+      {"efficientnet_b0", {}},
   };
   auto it = table.find(model);
-  ENGINE_CHECK(it != table.end(), "unknown model '" << model << "' (choose simplecnn, resnet9, resnet18 or resnet50)");
+  ENGINE_CHECK(it != table.end(),
+               "unknown model '" << model << "' (choose simplecnn, resnet9, resnet18, resnet50 or efficientnet_b0)");
   return it->second;
 }
 

@@ -1,5 +1,6 @@
-// The networks: the classic small CNN, ResNet-18 (CIFAR variant) and a fast ResNet-9,
-// built from engine modules (NHWC activations, 32x32x3 inputs, 10 classes).
+// The networks: the classic small CNN, a fast ResNet-9, ResNet-18 and ResNet-50 and
+// EfficientNet-B0 (CIFAR variants), built from engine modules (NHWC activations, 32x32x3
+// inputs, 10 classes).
 #pragma once
 
 #include <array>
@@ -21,6 +22,16 @@ class Residual : public engine::Module {
   std::shared_ptr<engine::Module> body, shortcut;
 };
 
+// Squeeze-and-excitation (Hu et al.): x * sigmoid(fc2(silu(fc1(mean over H, W of x)))), one
+// gate per image and channel; fc1 squeezes to `squeeze` channels.
+class SqueezeExcite : public engine::Module {
+ public:
+  SqueezeExcite(int64_t channels, int64_t squeeze);
+  engine::Tensor forward(const engine::Tensor& x) override;
+  std::string describe() const override;
+  std::shared_ptr<engine::Linear> fc1, fc2;
+};
+
 // conv3x3(3->16)+ReLU+maxpool2, conv3x3(16->32)+ReLU+maxpool2, linear(32*8*8->256)+ReLU,
 // dropout 0.5, linear(256->10).
 std::shared_ptr<engine::Module> simplecnn(int classes = 10);
@@ -32,6 +43,11 @@ std::shared_ptr<engine::Module> resnet9(int classes = 10);
 // He et al.'s ResNet-50 with the same CIFAR stem: [3,4,6,3] bottleneck blocks (v1.5, stride on
 // the 3x3), widths 64..512 expanded 4x: 23.5M parameters with a 10-class head.
 std::shared_ptr<engine::Module> resnet50(int classes = 10);
+// Tan and Le's EfficientNet-B0 with a CIFAR stem (the 3x3 stem conv at stride 1, so 32x32
+// inputs end at 2x2): MBConv blocks (1x1 expand, depthwise kxk, squeeze-and-excitation, 1x1
+// project, identity shortcut when shapes allow), SiLU throughout, dropout 0.2 before the head.
+// 4,020,358 parameters with a 10-class head, torchvision's count. No drop-connect.
+std::shared_ptr<engine::Module> efficientnet_b0(int classes = 10);
 
 const std::vector<std::string>& model_names();
 // The model by name; an unknown name is an engine::Error listing the known ones.

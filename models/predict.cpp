@@ -39,7 +39,8 @@ accuracy over those images is printed at the end.
 
   --weights FILE          model.safetensors from `trainer --export` (or a PyTorch state_dict
                           of bench/pytorch_models.py's model), or a trainer checkpoint
-  --model NAME            simplecnn | resnet9 | resnet18 | resnet50  [the file's own; else simplecnn]
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
+                          [the file's own; else simplecnn]
   --precision P           fp32 | fp16 | bf16: the inference dtype            [fp32]
   --device D              auto | cpu | cuda | cuda:N                         [auto]
   --top-k K               classes shown per image                            [3]
@@ -104,7 +105,7 @@ Options parse_args(int argc, char** argv) {
       o.model = next();
       const auto& names = models::model_names();
       if (std::find(names.begin(), names.end(), o.model) == names.end())
-        usage_error("--model must be one of simplecnn, resnet9, resnet18, resnet50, got '" + o.model + "'");
+        usage_error("--model must be one of simplecnn, resnet9, resnet18, resnet50, efficientnet_b0, got '" + o.model + "'");
     } else if (arg == "--precision") {
       o.precision = next();
       if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")

@@ -88,7 +88,8 @@ simplecnn, Adam lr 1e-3, batch 256, 10 epochs, FP16 with the dynamic loss scaler
 pixels normalised to [-1, 1].
 
 Model and precision:
-  --model NAME            simplecnn | resnet9 | resnet18 | resnet50  [simplecnn]
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
+                                                                     [simplecnn]
   --precision P           fp32 | fp16 | bf16                         [fp16]
   --device D              auto | cpu | cuda | cuda:N                 [auto]
 Data:
@@ -189,7 +190,7 @@ Config parse_args(int argc, char** argv) {
     usage_error(flag + " must be one of " + all + ", got '" + v + "'");
   };
   valued["--model"] = [&](const std::string& v) {
-    c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18", "resnet50"});
+    c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"});
   };
   valued["--precision"] = [&](const std::string& v) { c.precision = choice("--precision", v, {"fp32", "fp16", "bf16"}); };
   valued["--device"] = [&](const std::string& v) { c.device = v; };

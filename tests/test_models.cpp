@@ -24,11 +24,20 @@ TEST_CASE("ResNet parameter counts equal torchvision's with a 10-class head and 
   CHECK(expected(25557032, 2048) == 23520842);  // "about 23.5M"
 }
 
-TEST_CASE("ResNet-50 trains a step at batch 2 on the CPU in FP32 and FP16", "[models]") {
+// torchvision's efficientnet_b0: 5,288,548 with the 1000-class head (1280 inputs). The CIFAR
+// stem changes only the stride, not the weights.
+TEST_CASE("EfficientNet-B0's parameter count equals torchvision's with a 10-class head", "[models]") {
+  const int64_t expected = 5288548 - 1000 * 1281 + 10 * 1281;
+  CHECK(expected == 4020358);  // "about 4.0M"
+  CHECK(models::make_model("efficientnet_b0")->num_parameters() == expected);
+}
+
+TEST_CASE("ResNet-50 and EfficientNet-B0 train a step at batch 2 on the CPU in FP32 and FP16", "[models]") {
+  for (const char* model : {"resnet50", "efficientnet_b0"})
   for (DType compute : {DType::F32, DType::F16}) {
-    INFO(engine::dtype_name(compute));
+    INFO(model << " " << engine::dtype_name(compute));
     engine::manual_seed(3);
-    auto net = models::make_model("resnet50");
+    auto net = models::make_model(model);
     net->set_compute_dtype(compute);
     engine::SGD opt(net->parameters(), 0.01, 0.9);
     engine::LossScalerConfig sc;

@@ -222,7 +222,7 @@ std::vector<std::vector<double>> everything(engine::Module& m) {
 }  // namespace
 
 TEST_CASE("safetensors export then import: bit for bit in FP32, one rounding in FP16", "[safetensors]") {
-  for (const std::string name : {"simplecnn", "resnet9", "resnet18", "resnet50"}) {
+  for (const std::string name : {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"}) {
     INFO(name);
     TempFile f32, f16;
     engine::manual_seed(11);
