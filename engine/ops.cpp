@@ -28,10 +28,12 @@ Tensor relu(const Tensor& x) {
   Tensor y = like(x);
   ENGINE_KERNEL("relu", dev, x.dtype(), T, K::relu_forward(x.data<T>(), y.data<T>(), x.numel(), stream));
   if (should_record({&x})) {
-    active_tape()->record("relu", {x}, y, [x, dev](const Tensor& gy) -> std::vector<Tensor> {
-      Tensor gx = like(x);
-      ENGINE_KERNEL("relu backward", dev, x.dtype(), T,
-                    K::relu_backward(x.data<T>(), gy.data<T>(), gx.data<T>(), x.numel(), stream));
+    // Backward reads the output, not the input: y > 0 exactly where x > 0, and y is what the
+    // next layer keeps anyway, so the input (often a batch-norm's output) is freed after forward.
+    active_tape()->record("relu", {x}, y, [y, dev](const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = like(y);
+      ENGINE_KERNEL("relu backward", dev, y.dtype(), T,
+                    K::relu_backward(y.data<T>(), gy.data<T>(), gx.data<T>(), y.numel(), stream));
       return {gx};
     });
   }

@@ -20,9 +20,11 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) 
   ENGINE_KERNEL("max_pool2d", dev, x.dtype(), T,
                 K::max_pool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<int32_t>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("max_pool2d", {x}, y, [x, argmax, sh, dev](const Tensor& gy) -> std::vector<Tensor> {
-      Tensor gx = like(x);  // overwritten by both backends' kernels
-      ENGINE_KERNEL("max_pool2d backward", dev, x.dtype(), T,
+    // Backward needs the argmax and x's shape, not x itself.
+    active_tape()->record("max_pool2d", {x}, y, [shape = x.shape(), dt = x.dtype(), argmax, sh, dev](
+                                                   const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = Tensor::empty(shape, dt, dev);  // overwritten by both backends' kernels
+      ENGINE_KERNEL("max_pool2d backward", dev, dt, T,
                     K::max_pool2d_backward(sh, gy.data<T>(), argmax.data<int32_t>(), gx.data<T>(), stream));
       return {gx};
     });
@@ -69,9 +71,10 @@ Tensor global_avg_pool(const Tensor& x) {
   ENGINE_KERNEL("global_avg_pool", dev, x.dtype(), T,
                 K::global_avg_pool_forward(n, hw, c, x.data<T>(), y.data<T>(), stream));
   if (should_record({&x})) {
-    active_tape()->record("global_avg_pool", {x}, y, [x, n, hw, c, dev](const Tensor& gy) -> std::vector<Tensor> {
-      Tensor gx = like(x);
-      ENGINE_KERNEL("global_avg_pool backward", dev, x.dtype(), T,
+    active_tape()->record("global_avg_pool", {x}, y, [shape = x.shape(), dt = x.dtype(), n, hw, c, dev](
+                                                        const Tensor& gy) -> std::vector<Tensor> {
+      Tensor gx = Tensor::empty(shape, dt, dev);
+      ENGINE_KERNEL("global_avg_pool backward", dev, dt, T,
                     K::global_avg_pool_backward(n, hw, c, gy.data<T>(), gx.data<T>(), stream));
       return {gx};
     });

@@ -18,11 +18,21 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 
 class Tape {
  public:
+  // What an entry remembers of an input: enough to route its gradient, without keeping a
+  // non-leaf input alive (the backward closure keeps exactly the tensors it needs, so an
+  // activation no backward reads is freed after forward). Leaves are held: their gradient is
+  // stored on them.
+  struct InputRef {
+    uint64_t node = 0;                 // the producing recording (non-leaf inputs)
+    std::shared_ptr<TensorImpl> leaf;  // leaves that want a gradient
+    Shape shape;
+    DType dtype = DType::F32;
+    bool requires_grad = false;
+  };
   struct Entry {
     const char* op;
-    std::vector<Tensor> inputs;
-    std::weak_ptr<TensorImpl> output;  // weak: an output nobody uses gets no gradient
-    const TensorImpl* output_key;      // identity for the gradient map (checked against `output`)
+    std::vector<InputRef> inputs;
+    uint64_t output_node;  // its output's recording number: the gradient map's key
     BackwardFn backward;
     // The layer whose forward recorded it, or null: points into the names of the NumericsHooks
     // installed then, so backward must run while those hooks still exist (the trainer's do).

@@ -115,6 +115,7 @@ Tensor Tensor::view(const Shape& shape) const {
   impl->shape = shape;
   impl->requires_grad = false;
   impl->from_op = false;
+  impl->node = 0;
   impl->grad.reset();
   return Tensor(std::move(impl));
 }

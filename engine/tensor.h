@@ -36,6 +36,7 @@ struct TensorImpl {
   DType dtype = DType::F32;
   bool requires_grad = false;
   bool from_op = false;               // produced by a recorded op (not a leaf)
+  uint64_t node = 0;                  // the recording that produced it (Tape::record), 0 for leaves
   std::shared_ptr<TensorImpl> grad;   // leaves only: accumulated by backward, kept until zeroed
 };
 
