@@ -71,14 +71,8 @@ std::shared_ptr<Sequential> conv_bn_relu(int64_t in, int64_t out, int64_t stride
   return s;
 }
 
-// ResNet basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
-std::shared_ptr<Sequential> basic_block(int64_t in, int64_t out, int64_t stride) {
-  auto body = make_shared<Sequential>();
-  body->add(make_shared<engine::Conv2d>(in, out, 3, stride, 1, false))
-      .add(make_shared<engine::BatchNorm2d>(out))
-      .add(make_shared<engine::ReLU>())
-      .add(make_shared<engine::Conv2d>(out, out, 3, 1, 1, false))
-      .add(make_shared<engine::BatchNorm2d>(out));
+// relu(body(x) + shortcut(x)): the shortcut a strided 1x1 conv + BN where the shape changes.
+std::shared_ptr<Sequential> residual_block(std::shared_ptr<Sequential> body, int64_t in, int64_t out, int64_t stride) {
   std::shared_ptr<Sequential> shortcut;
   if (stride != 1 || in != out) {
     shortcut = make_shared<Sequential>();
@@ -87,6 +81,17 @@ std::shared_ptr<Sequential> basic_block(int64_t in, int64_t out, int64_t stride)
   auto block = make_shared<Sequential>();
   block->add(make_shared<Residual>(body, shortcut)).add(make_shared<engine::ReLU>());
   return block;
+}
+
+// ResNet basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
+std::shared_ptr<Sequential> basic_block(int64_t in, int64_t out, int64_t stride) {
+  auto body = make_shared<Sequential>();
+  body->add(make_shared<engine::Conv2d>(in, out, 3, stride, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(out))
+      .add(make_shared<engine::ReLU>())
+      .add(make_shared<engine::Conv2d>(out, out, 3, 1, 1, false))
+      .add(make_shared<engine::BatchNorm2d>(out));
+  return residual_block(body, in, out, stride);
 }
 
 // ResNet bottleneck (v1.5: the stride on the 3x3): relu(bn(conv1x1(relu(bn(conv3x3(relu(bn(
@@ -102,14 +107,7 @@ std::shared_ptr<Sequential> bottleneck(int64_t in, int64_t width, int64_t stride
       .add(make_shared<engine::ReLU>())
       .add(make_shared<engine::Conv2d>(width, out, 1, 1, 0, false))
       .add(make_shared<engine::BatchNorm2d>(out));
-  std::shared_ptr<Sequential> shortcut;
-  if (stride != 1 || in != out) {
-    shortcut = make_shared<Sequential>();
-    shortcut->add(make_shared<engine::Conv2d>(in, out, 1, stride, 0, false)).add(make_shared<engine::BatchNorm2d>(out));
-  }
-  auto block = make_shared<Sequential>();
-  block->add(make_shared<Residual>(body, shortcut)).add(make_shared<engine::ReLU>());
-  return block;
+  return residual_block(body, in, out, stride);
 }
 
 }  // namespace

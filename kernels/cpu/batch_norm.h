@@ -85,6 +85,12 @@ void batch_norm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma
   apply_affine_rows(rows, c, x, running_mean, save_invstd, gamma, beta, y);
 }
 
+// gx = gamma * invstd * (gy - sums_gy / total - xhat * sums_gyxhat / total) (defined below; also
+// the training case of batch_norm_backward, with this process's rows as the total).
+template <class T, class P = acc_t<T>>
+void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
+                               const P* mean, const P* invstd, const P* sums, T* gx, Stream = nullptr);
+
 // With xhat = (x - mean) * invstd: dbeta = sum gy, dgamma = sum gy * xhat, and in training
 // dx = gamma * invstd * (gy - dbeta / M - xhat * dgamma / M); in eval the statistics are
 // constants, so dx = gamma * invstd * gy.
@@ -103,32 +109,15 @@ void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const
   }, sums.data());
   const P* dbeta = sums.data();
   const P* dgamma = sums.data() + c;
-  if (gx) {
-    // Per-channel factors hoisted out of the row loop (the same operations, so the same bits).
-    std::vector<P> k(static_cast<size_t>(c)), db(static_cast<size_t>(c)), dg(static_cast<size_t>(c));
-    for (int64_t ch = 0; ch < c; ++ch) {
-      k[ch] = gamma[ch] * invstd[ch];
-      db[ch] = dbeta[ch] / P(rows);
-      dg[ch] = dgamma[ch] / P(rows);
-    }
-    // Two loops rather than a test inside one: a branch in the body keeps it from vectorising.
-    if (training) {
+  if (gx && training) batch_norm_backward_input(rows, c, P(rows), x, gy, gamma, mean, invstd, sums.data(), gx);
+  if (gx && !training) {  // the statistics are constants: gx = gamma * invstd * gy
+    std::vector<P> k(static_cast<size_t>(c));
+    for (int64_t ch = 0; ch < c; ++ch) k[ch] = gamma[ch] * invstd[ch];
 #pragma omp parallel for if (rows * c > (1 << 15))
-      for (int64_t r = 0; r < rows; ++r) {
-        const T *xr = x + r * c, *gr = gy + r * c;
-        T* out = gx + r * c;
-        for (int64_t ch = 0; ch < c; ++ch) {
-          const P xhat = (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
-          out[ch] = store_simd<T>(k[ch] * (load_simd(gr[ch]) - db[ch] - xhat * dg[ch]));
-        }
-      }
-    } else {
-#pragma omp parallel for if (rows * c > (1 << 15))
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* gr = gy + r * c;
-        T* out = gx + r * c;
-        for (int64_t ch = 0; ch < c; ++ch) out[ch] = store_simd<T>(k[ch] * load_simd(gr[ch]));
-      }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gr = gy + r * c;
+      T* out = gx + r * c;
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] = store_simd<T>(k[ch] * load_simd(gr[ch]));
     }
   }
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -194,9 +183,9 @@ void batch_norm_backward_sums(int64_t rows, int64_t c, const T* x, const T* gy, 
 }
 
 // gx = gamma * invstd * (gy - sums_gy / total - xhat * sums_gyxhat / total), the sums global.
-template <class T, class P = acc_t<T>>
+template <class T, class P>
 void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
-                               const P* mean, const P* invstd, const P* sums, T* gx, Stream = nullptr) {
+                               const P* mean, const P* invstd, const P* sums, T* gx, Stream) {
   std::vector<P> k(static_cast<size_t>(c)), db(static_cast<size_t>(c)), dg(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
     k[ch] = gamma[ch] * invstd[ch];
