@@ -105,7 +105,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     dist::all_reduce_sum(sum, "sync-BN sums");
     K::batch_norm_sums<T, P>(rows, c, x.data<T>(), sum.data<P>(), total, sq.data<P>(), stream);
     dist::all_reduce_sum(sq, "sync-BN squared deviations");
-    K::batch_norm_forward_from_sums<T, P>(rows, c, total, x.data<T>(), sum.data<P>(), sq.data<P>(), gamma.data<P>(),
+    K::batch_norm_forward_from_sums<T, P>(rows, c, static_cast<int64_t>(total_rows), x.data<T>(), sum.data<P>(), sq.data<P>(), gamma.data<P>(),
                                           beta.data<P>(), P(eps), P(momentum), running_mean.data<P>(),
                                           running_var.data<P>(), mean.data<P>(), invstd.data<P>(), y.data<T>(),
                                           stream);

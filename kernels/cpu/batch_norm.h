@@ -50,86 +50,11 @@ void column_sums(int64_t rows, int64_t c, int nsums, AddRow add_row, P* out) {
 }
 }  // namespace detail
 
-// Training: batch mean and biased variance per channel (two passes for accuracy), saves
-// mean and 1/sqrt(var + eps), and updates the running statistics like PyTorch (unbiased
-// variance, running = (1 - momentum) * running + momentum * batch).
-template <class T, class P = acc_t<T>>
-void batch_norm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
-                             P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd,
-                             T* y, Stream = nullptr) {
-  std::vector<P> sum(static_cast<size_t>(c)), sq(static_cast<size_t>(c));
-  detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
-    const T* xr = x + r * c;
-    for (int64_t ch = 0; ch < c; ++ch) acc[ch] += load_simd(xr[ch]);
-  }, sum.data());
-  for (int64_t ch = 0; ch < c; ++ch) save_mean[ch] = sum[ch] / P(rows);
-  detail::column_sums<P>(rows, c, 1, [&](int64_t r, P* acc) {
-    const T* xr = x + r * c;
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const P d = load_simd(xr[ch]) - save_mean[ch];
-      acc[ch] += d * d;
-    }
-  }, sq.data());
-  for (int64_t ch = 0; ch < c; ++ch) {
-    save_invstd[ch] = inv_std(sq[ch] / P(rows), eps);
-    if (running_mean) update_running_stats(running_mean[ch], running_var[ch], save_mean[ch], sq[ch], rows, momentum);
-  }
-  apply_affine_rows(rows, c, x, save_mean, save_invstd, gamma, beta, y);
-}
-
-// Inference: the running statistics stand in for the batch's.
-template <class T, class P = acc_t<T>>
-void batch_norm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
-                            const P* running_mean, const P* running_var, P* save_invstd, T* y, Stream = nullptr) {
-  for (int64_t ch = 0; ch < c; ++ch) save_invstd[ch] = inv_std(running_var[ch], eps);
-  apply_affine_rows(rows, c, x, running_mean, save_invstd, gamma, beta, y);
-}
-
-// gx = gamma * invstd * (gy - sums_gy / total - xhat * sums_gyxhat / total) (defined below; also
-// the training case of batch_norm_backward, with this process's rows as the total).
-template <class T, class P = acc_t<T>>
-void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
-                               const P* mean, const P* invstd, const P* sums, T* gx, Stream = nullptr);
-
-// With xhat = (x - mean) * invstd: dbeta = sum gy, dgamma = sum gy * xhat, and in training
-// dx = gamma * invstd * (gy - dbeta / M - xhat * dgamma / M); in eval the statistics are
-// constants, so dx = gamma * invstd * gy.
-template <class T, class P = acc_t<T>>
-void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
-                        const P* invstd, bool training, T* gx, P* ggamma, P* gbeta, Stream = nullptr) {
-  // sums[0..c) = dbeta = sum gy, sums[c..2c) = dgamma = sum gy * xhat.
-  std::vector<P> sums(static_cast<size_t>(2 * c));
-  detail::column_sums<P>(rows, c, 2, [&](int64_t r, P* acc) {
-    const T *xr = x + r * c, *gr = gy + r * c;
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const P g = load_simd(gr[ch]);
-      acc[ch] += g;
-      acc[c + ch] += g * (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
-    }
-  }, sums.data());
-  const P* dbeta = sums.data();
-  const P* dgamma = sums.data() + c;
-  if (gx && training) batch_norm_backward_input(rows, c, P(rows), x, gy, gamma, mean, invstd, sums.data(), gx);
-  if (gx && !training) {  // the statistics are constants: gx = gamma * invstd * gy
-    std::vector<P> k(static_cast<size_t>(c));
-    for (int64_t ch = 0; ch < c; ++ch) k[ch] = gamma[ch] * invstd[ch];
-#pragma omp parallel for if (rows * c > (1 << 15))
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* gr = gy + r * c;
-      T* out = gx + r * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = store_simd<T>(k[ch] * load_simd(gr[ch]));
-    }
-  }
-  for (int64_t ch = 0; ch < c; ++ch) {
-    if (ggamma) ggamma[ch] = dgamma[ch];
-    if (gbeta) gbeta[ch] = dbeta[ch];
-  }
-}
-
-// ---- synchronised batch-norm (data-parallel, --sync-bn) ------------------------------------
-// The statistics of all ranks' rows together, two passes like the fused kernel above, with a
-// sum across ranks (by the caller) after each: sums, then squared deviations from the global
-// mean, then normalise. `total` is the number of rows over all ranks.
+// ---- the pieces: statistics from sums --------------------------------------------------------
+// Two passes for accuracy: column sums, then squared deviations from the mean they give, then
+// normalise. The training kernels below run them over this process's rows; synchronised
+// batch-norm (data-parallel --sync-bn) sums each result across ranks between the calls, and
+// `total` is then the number of rows over all ranks.
 
 // out[ch] = sum of x (center_sum null), or sum of (x - center_sum[ch] / total)^2.
 template <class T, class P = acc_t<T>>
@@ -155,15 +80,13 @@ void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P
 // From the global sums: saves mean and 1/sqrt(var + eps), updates the running statistics
 // (when given) and writes y = (x - mean) * invstd * gamma + beta for this rank's rows.
 template <class T, class P = acc_t<T>>
-void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, int64_t total, const T* x, const P* sum, const P* sq,
                                   const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
                                   P* save_mean, P* save_invstd, T* y, Stream = nullptr) {
   for (int64_t ch = 0; ch < c; ++ch) {
-    save_mean[ch] = sum[ch] / total;
-    save_invstd[ch] = inv_std(sq[ch] / total, eps);
-    if (running_mean)
-      update_running_stats(running_mean[ch], running_var[ch], save_mean[ch], sq[ch], static_cast<int64_t>(total),
-                           momentum);
+    save_mean[ch] = sum[ch] / P(total);
+    save_invstd[ch] = inv_std(sq[ch] / P(total), eps);
+    if (running_mean) update_running_stats(running_mean[ch], running_var[ch], save_mean[ch], sq[ch], total, momentum);
   }
   apply_affine_rows(rows, c, x, save_mean, save_invstd, gamma, beta, y);
 }
@@ -183,9 +106,9 @@ void batch_norm_backward_sums(int64_t rows, int64_t c, const T* x, const T* gy, 
 }
 
 // gx = gamma * invstd * (gy - sums_gy / total - xhat * sums_gyxhat / total), the sums global.
-template <class T, class P>
+template <class T, class P = acc_t<T>>
 void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, const T* gy, const P* gamma,
-                               const P* mean, const P* invstd, const P* sums, T* gx, Stream) {
+                               const P* mean, const P* invstd, const P* sums, T* gx, Stream = nullptr) {
   std::vector<P> k(static_cast<size_t>(c)), db(static_cast<size_t>(c)), dg(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
     k[ch] = gamma[ch] * invstd[ch];
@@ -200,6 +123,57 @@ void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, con
       const P xhat = (load_simd(xr[ch]) - mean[ch]) * invstd[ch];
       out[ch] = store_simd<T>(k[ch] * (load_simd(gr[ch]) - db[ch] - xhat * dg[ch]));
     }
+  }
+}
+
+
+// Training: batch mean and biased variance per channel (two passes for accuracy), saves
+// mean and 1/sqrt(var + eps), and updates the running statistics like PyTorch (unbiased
+// variance, running = (1 - momentum) * running + momentum * batch).
+template <class T, class P = acc_t<T>>
+void batch_norm_forward_train(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
+                             P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd,
+                             T* y, Stream = nullptr) {
+  std::vector<P> sum(static_cast<size_t>(c)), sq(static_cast<size_t>(c));
+  batch_norm_sums<T, P>(rows, c, x, nullptr, P(rows), sum.data());
+  batch_norm_sums<T, P>(rows, c, x, sum.data(), P(rows), sq.data());
+  batch_norm_forward_from_sums<T, P>(rows, c, rows, x, sum.data(), sq.data(), gamma, beta, eps, momentum,
+                                     running_mean, running_var, save_mean, save_invstd, y);
+}
+
+// Inference: the running statistics stand in for the batch's.
+template <class T, class P = acc_t<T>>
+void batch_norm_forward_eval(int64_t rows, int64_t c, const T* x, const P* gamma, const P* beta, P eps,
+                            const P* running_mean, const P* running_var, P* save_invstd, T* y, Stream = nullptr) {
+  for (int64_t ch = 0; ch < c; ++ch) save_invstd[ch] = inv_std(running_var[ch], eps);
+  apply_affine_rows(rows, c, x, running_mean, save_invstd, gamma, beta, y);
+}
+
+// With xhat = (x - mean) * invstd: dbeta = sum gy, dgamma = sum gy * xhat, and in training
+// dx = gamma * invstd * (gy - dbeta / M - xhat * dgamma / M); in eval the statistics are
+// constants, so dx = gamma * invstd * gy.
+template <class T, class P = acc_t<T>>
+void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const P* gamma, const P* mean,
+                        const P* invstd, bool training, T* gx, P* ggamma, P* gbeta, Stream = nullptr) {
+  // sums[0..c) = dbeta = sum gy, sums[c..2c) = dgamma = sum gy * xhat.
+  std::vector<P> sums(static_cast<size_t>(2 * c));
+  batch_norm_backward_sums<T, P>(rows, c, x, gy, mean, invstd, sums.data());
+  const P* dbeta = sums.data();
+  const P* dgamma = sums.data() + c;
+  if (gx && training) batch_norm_backward_input(rows, c, P(rows), x, gy, gamma, mean, invstd, sums.data(), gx);
+  if (gx && !training) {  // the statistics are constants: gx = gamma * invstd * gy
+    std::vector<P> k(static_cast<size_t>(c));
+    for (int64_t ch = 0; ch < c; ++ch) k[ch] = gamma[ch] * invstd[ch];
+#pragma omp parallel for if (rows * c > (1 << 15))
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gr = gy + r * c;
+      T* out = gx + r * c;
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] = store_simd<T>(k[ch] * load_simd(gr[ch]));
+    }
+  }
+  for (int64_t ch = 0; ch < c; ++ch) {
+    if (ggamma) ggamma[ch] = dgamma[ch];
+    if (gbeta) gbeta[ch] = dbeta[ch];
   }
 }
 

@@ -213,15 +213,14 @@ __global__ void __launch_bounds__(kBlock) sums_final_kernel(int64_t c, int group
 // Sync-BN: mean, invstd and the running statistics from the global sums, and y's a and b.
 template <class P>
 __global__ void __launch_bounds__(kBlock)
-    from_sums_final_kernel(int64_t c, P total, const P* sum, const P* sq, const P* gamma, const P* beta, P eps,
+    from_sums_final_kernel(int64_t c, int64_t total, const P* sum, const P* sq, const P* gamma, const P* beta, P eps,
                            P momentum, P* running_mean, P* running_var, P* save_mean, P* save_invstd, P* ab) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= c) return;
-  const P mean = sum[ch] / total, invstd = inv_std(sq[ch] / total, eps);
+  const P mean = sum[ch] / P(total), invstd = inv_std(sq[ch] / P(total), eps);
   save_mean[ch] = mean;
   save_invstd[ch] = invstd;
-  if (running_mean)
-    update_running_stats(running_mean[ch], running_var[ch], mean, sq[ch], static_cast<int64_t>(total), momentum);
+  if (running_mean) update_running_stats(running_mean[ch], running_var[ch], mean, sq[ch], total, momentum);
   const P a = invstd * gamma[ch];
   ab[ch] = a;
   ab[c + ch] = beta[ch] - mean * a;
@@ -311,7 +310,7 @@ void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P
 }
 
 template <class T, class P>
-void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, int64_t total, const T* x, const P* sum, const P* sq,
                                   const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
                                   P* save_mean, P* save_invstd, T* y, cudaStream_t s) {
   check_shape(rows, c, "batch_norm_forward_from_sums");
@@ -354,8 +353,8 @@ void batch_norm_backward_input(int64_t rows, int64_t c, P total, const T* x, con
   template void batch_norm_backward<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, const P*,    \
                                          bool, T*, P*, P*, cudaStream_t);                                     \
   template void batch_norm_sums<T, P>(int64_t, int64_t, const T*, const P*, P, P*, cudaStream_t);                \
-  template void batch_norm_forward_from_sums<T, P>(int64_t, int64_t, P, const T*, const P*, const P*, const P*,  \
-                                                  const P*, P, P, P*, P*, P*, P*, T*, cudaStream_t);          \
+  template void batch_norm_forward_from_sums<T, P>(int64_t, int64_t, int64_t, const T*, const P*, const P*,      \
+                                                  const P*, const P*, P, P, P*, P*, P*, P*, T*, cudaStream_t); \
   template void batch_norm_backward_sums<T, P>(int64_t, int64_t, const T*, const T*, const P*, const P*, P*,     \
                                               cudaStream_t);                                                  \
   template void batch_norm_backward_input<T, P>(int64_t, int64_t, P, const T*, const T*, const P*, const P*,     \

@@ -35,7 +35,7 @@ void batch_norm_backward(int64_t rows, int64_t c, const T* x, const T* gy, const
 template <class T, class P = acc_t<T>>
 void batch_norm_sums(int64_t rows, int64_t c, const T* x, const P* center_sum, P total, P* out, cudaStream_t stream);
 template <class T, class P = acc_t<T>>
-void batch_norm_forward_from_sums(int64_t rows, int64_t c, P total, const T* x, const P* sum, const P* sq,
+void batch_norm_forward_from_sums(int64_t rows, int64_t c, int64_t total, const T* x, const P* sum, const P* sq,
                                   const P* gamma, const P* beta, P eps, P momentum, P* running_mean, P* running_var,
                                   P* save_mean, P* save_invstd, T* y, cudaStream_t stream);
 template <class T, class P = acc_t<T>>

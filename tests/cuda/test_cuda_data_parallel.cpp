@@ -61,9 +61,9 @@ TEMPLATE_TEST_CASE("sync-BN kernels equal their CPU twins", "[cuda]", float, ker
   std::vector<P> rm_gpu = rm, rv_gpu = rv;
   DeviceBuffer<P> drm(rm_gpu), drv(rv_gpu);
   std::vector<T> y(static_cast<size_t>(rows * c));
-  kc::batch_norm_forward_from_sums<T, P>(rows, c, total, x.data(), sum.data(), sq.data(), gamma.data(), beta.data(),
+  kc::batch_norm_forward_from_sums<T, P>(rows, c, 2 * rows, x.data(), sum.data(), sq.data(), gamma.data(), beta.data(),
                                          1e-5f, 0.1f, rm.data(), rv.data(), mean.data(), inv.data(), y.data());
-  kg::batch_norm_forward_from_sums<T, P>(rows, c, total, dx.get(), dsum.get(), dsq.get(), dgamma.get(), dbeta.get(),
+  kg::batch_norm_forward_from_sums<T, P>(rows, c, 2 * rows, dx.get(), dsum.get(), dsq.get(), dgamma.get(), dbeta.get(),
                                          1e-5f, 0.1f, drm.get(), drv.get(), dmean.get(), dinv.get(), dy.get(),
                                          stream());
   // The per-channel formulas are the same expressions on both (kernels/norm_math.h): equal up
