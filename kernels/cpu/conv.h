@@ -239,9 +239,10 @@ void conv2d_backward_filter_dense(const ConvShape& sh, const T* x, const T* gy, 
 // tensor and run the dense im2col + GEMM path per group: real GEMMs of C/groups columns.
 namespace detail {
 
-// The weights [C, R, S, 1] widened and transposed to [R, S, C], so a tap's filters are contiguous.
-template <class A, class T> std::vector<A> depthwise_taps(const ConvShape& sh, const T* w) {
-  std::vector<A> t(static_cast<size_t>(sh.r * sh.s * sh.c));
+// The weights [C, R, S, 1] widened and transposed to [R, S, C] in scratch slot 0, so a tap's
+// filters are contiguous. (The depthwise loops use slots 0 and 2-5 and call no other kernel.)
+template <class A, class T> const A* depthwise_taps(const ConvShape& sh, const T* w) {
+  A* t = scratch<A>(0, sh.r * sh.s * sh.c);
   for (int64_t ch = 0; ch < sh.c; ++ch)
     for (int64_t rs = 0; rs < sh.r * sh.s; ++rs) t[rs * sh.c + ch] = A(w[ch * sh.r * sh.s + rs]);
   return t;
@@ -288,18 +289,18 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
   if (sh.groups == 1) return conv2d_forward_dense(sh, x, w, bias, y);
   using A = acc_t<T>;
   if (sh.depthwise()) {
-    const std::vector<A> taps = detail::depthwise_taps<A>(sh, w);
+    const A* taps = detail::depthwise_taps<A>(sh, w);
     const int64_t pixels = sh.out_h() * sh.out_w();
 #pragma omp parallel for if (sh.n > 1)
     for (int64_t b = 0; b < sh.n; ++b) {
-      std::vector<A> acc(static_cast<size_t>(pixels * sh.c));
+      A* acc = scratch<A>(2, pixels * sh.c);  // this thread's
       for (int64_t p = 0; p < pixels; ++p)
         for (int64_t ch = 0; ch < sh.c; ++ch) acc[p * sh.c + ch] = bias ? A(bias[ch]) : A(0);
       const int64_t base = b * pixels * sh.c;
       detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
-        A* a = acc.data() + (yo - base);
+        A* a = acc + (yo - base);
         const T* xi = x + xo;
-        const A* t = taps.data() + tap * sh.c;
+        const A* t = taps + tap * sh.c;
         for (int64_t ch = 0; ch < sh.c; ++ch) a[ch] += load_simd(xi[ch]) * t[ch];
       });
       for (int64_t i = 0; i < pixels * sh.c; ++i) y[base + i] = store_simd<T>(acc[i]);
@@ -321,15 +322,16 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
   if (sh.groups == 1) return conv2d_backward_data_dense(sh, gy, w, gx);
   using A = acc_t<T>;
   if (sh.depthwise()) {
-    const std::vector<A> taps = detail::depthwise_taps<A>(sh, w);
+    const A* taps = detail::depthwise_taps<A>(sh, w);
     const int64_t image = sh.h * sh.w * sh.c;
 #pragma omp parallel for if (sh.n > 1)
     for (int64_t b = 0; b < sh.n; ++b) {
-      std::vector<A> acc(static_cast<size_t>(image), A(0));
+      A* acc = scratch<A>(2, image);  // this thread's
+      std::fill(acc, acc + image, A(0));
       detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
-        A* a = acc.data() + (xo - b * image);
+        A* a = acc + (xo - b * image);
         const T* g = gy + yo;
-        const A* t = taps.data() + tap * sh.c;
+        const A* t = taps + tap * sh.c;
         for (int64_t ch = 0; ch < sh.c; ++ch) a[ch] += load_simd(g[ch]) * t[ch];
       });
       for (int64_t i = 0; i < image; ++i) gx[b * image + i] = store_simd<T>(acc[i]);
@@ -355,11 +357,12 @@ void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw,
   if (sh.depthwise()) {
     const int64_t taps = sh.r * sh.s, width = (taps + 1) * sh.c;  // + the bias sums
     const int64_t per_block = 4, blocks = (sh.n + per_block - 1) / per_block;
-    std::vector<A> part(static_cast<size_t>(blocks * width), A(0));
+    A* part = scratch<A>(4, blocks * width);
+    std::fill(part, part + blocks * width, A(0));
     const int64_t pixels = sh.out_h() * sh.out_w();
 #pragma omp parallel for if (blocks > 1)
     for (int64_t bl = 0; bl < blocks; ++bl) {
-      A* acc = part.data() + bl * width;
+      A* acc = part + bl * width;
       for (int64_t b = bl * per_block; b < std::min(sh.n, (bl + 1) * per_block); ++b) {
         detail::for_taps(sh, b, [&](int64_t yo, int64_t xo, int64_t tap) {
           A* a = acc + tap * sh.c;
@@ -371,7 +374,8 @@ void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw,
             for (int64_t ch = 0; ch < sh.c; ++ch) acc[taps * sh.c + ch] += load_simd(gy[(b * pixels + p) * sh.c + ch]);
       }
     }
-    std::vector<A> sum(static_cast<size_t>(width), A(0));
+    A* sum = scratch<A>(5, width);
+    std::fill(sum, sum + width, A(0));
     for (int64_t bl = 0; bl < blocks; ++bl)
       for (int64_t j = 0; j < width; ++j) sum[j] += part[bl * width + j];
     for (int64_t ch = 0; ch < sh.c; ++ch)

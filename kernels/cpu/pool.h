@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/scratch.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"
 
@@ -152,7 +153,8 @@ template <class T>
 void channel_gate_backward_gate(int64_t n, int64_t hw, int64_t c, const T* x, const T* gy, T* gg, Stream = nullptr) {
 #pragma omp parallel for if (n > 1)
   for (int64_t b = 0; b < n; ++b) {
-    std::vector<acc_t<T>> sum(static_cast<size_t>(c), acc_t<T>(0));
+    acc_t<T>* sum = scratch<acc_t<T>>(0, c);  // this thread's
+    std::fill(sum, sum + c, acc_t<T>(0));
     for (int64_t p = 0; p < hw; ++p)
       for (int64_t ch = 0; ch < c; ++ch) {
         const int64_t i = (b * hw + p) * c + ch;
