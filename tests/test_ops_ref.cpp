@@ -10,11 +10,16 @@
 #include <string>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "catch2/catch.hpp"
 #include "engine/ops.h"
 #include "engine/tape.h"
 #include "engine/tensor.h"
 #include "kernels/convert.h"
+#include "kernels/cpu/conv_implicit.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/scratch.h"
@@ -242,6 +247,79 @@ TEST_CASE("conv2d forward and backward match a direct double convolution", "[ref
   std::mt19937 rng(1234);
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
     for (const ConvCase& cc : kConvCases) run_conv_case(cc, t, rng);
+}
+
+// Shapes the implicit-GEMM kernels (kernels/cpu/conv_implicit.h) take: output channels whole
+// SIMD vectors (16 is one AVX-512 vector, two AVX2 ones), 3-channel input, widths that split
+// into unequal pixel tiles, stride 2, 5x5 and 2x2 filters, no padding, more than 16 images
+// (several filter-gradient blocks), batch 1.
+const ConvCase kImplicitConvCases[] = {
+    {2, 7, 9, 3, 16, 3, 3, 1, 1, true},     // the first layer's shape: 3 channels in
+    {1, 6, 5, 16, 32, 3, 3, 1, 1, true},    // 16 -> 32, all three kernels implicit
+    {3, 9, 7, 16, 16, 3, 3, 2, 1, false},   // stride 2 (the data gradient: im2col)
+    {2, 5, 19, 16, 16, 5, 5, 1, 2, true},   // 5x5, 19 columns: two unequal tiles
+    {1, 4, 4, 16, 48, 3, 3, 1, 0, true},    // no padding, 48 outputs (odd number of vectors)
+    {1, 5, 5, 32, 16, 2, 2, 1, 1, false},   // even filter, pad = R - 1
+    {37, 3, 4, 16, 16, 3, 3, 1, 1, true},   // 37 images: 13 filter-gradient blocks of 3
+    {1, 5, 7, 16, 16, 1, 1, 1, 1, true},    // 1x1 with padding (the data gradient: im2col)
+    {2, 6, 5, 1, 16, 3, 3, 1, 1, true},     // one input channel
+};
+
+TEST_CASE("implicit-GEMM conv2d matches a direct double convolution", "[ref]") {
+  using kernels::ConvShape;
+  int forward = 0, data = 0, filter = 0;
+  for (const ConvCase& cc : kImplicitConvCases) {
+    ConvShape sh;
+    sh.n = cc.n, sh.h = cc.h, sh.w = cc.w, sh.c = cc.c, sh.k = cc.k, sh.r = cc.r, sh.s = cc.s;
+    sh.stride = cc.stride, sh.pad = cc.pad;
+    forward += kernels::cpu::implicit_forward_fits(sh);
+    data += kernels::cpu::implicit_backward_data_fits(sh);
+    filter += kernels::cpu::implicit_backward_filter_fits(sh);
+  }
+  // The cases above do reach the implicit kernels (else this would test im2col again).
+  CHECK(forward == 9);
+  CHECK(data == 5);
+  CHECK(filter == 9);
+  std::mt19937 rng(4321);
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const ConvCase& cc : kImplicitConvCases) run_conv_case(cc, t, rng);
+}
+
+TEST_CASE("implicit-GEMM conv2d gives the same bits with one thread and with two", "[ref]") {
+  // The filter gradient sums fixed blocks of images in a fixed order; the forward and data
+  // gradient split only whole output rows. So the thread count must not change a bit.
+  const kernels::ConvShape sh{40, 6, 7, 16, 32, 3, 3, 1, 1};
+  std::mt19937 rng(7);
+  const auto fill = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (float& e : v) e = d(rng);
+    return v;
+  };
+  const std::vector<float> x = fill(sh.n * sh.h * sh.w * sh.c), w = fill(sh.k * sh.patch()), b = fill(sh.k);
+  const std::vector<float> gy = fill(sh.n * sh.out_h() * sh.out_w() * sh.k);
+  struct Out {
+    std::vector<float> y, gx, gw, gb;
+  };
+  const auto run = [&](int threads) {
+    Out o{std::vector<float>(gy.size()), std::vector<float>(x.size()), std::vector<float>(w.size()), std::vector<float>(b.size())};
+#if defined(_OPENMP)
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#endif
+    kernels::cpu::conv2d_forward_implicit(sh, x.data(), w.data(), b.data(), o.y.data());
+    kernels::cpu::conv2d_backward_data_implicit(sh, gy.data(), w.data(), o.gx.data());
+    kernels::cpu::conv2d_backward_filter_implicit(sh, x.data(), gy.data(), o.gw.data(), o.gb.data());
+#if defined(_OPENMP)
+    omp_set_num_threads(before);
+#endif
+    return o;
+  };
+  const Out one = run(1), two = run(2);
+  CHECK(std::memcmp(one.y.data(), two.y.data(), sizeof(float) * one.y.size()) == 0);
+  CHECK(std::memcmp(one.gx.data(), two.gx.data(), sizeof(float) * one.gx.size()) == 0);
+  CHECK(std::memcmp(one.gw.data(), two.gw.data(), sizeof(float) * one.gw.size()) == 0);
+  CHECK(std::memcmp(one.gb.data(), two.gb.data(), sizeof(float) * one.gb.size()) == 0);
 }
 
 TEST_CASE("conv2d error bound is tight enough to catch a half-precision accumulator", "[ref]") {

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/conv_implicit.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/convert.h"
@@ -284,8 +285,12 @@ inline ConvShape group_shape(const ConvShape& sh) {
 
 }  // namespace detail
 
+// One group: the implicit GEMM (conv_implicit.h) where it fits, FP64 and other shapes through
+// im2col + GEMM.
 template <class T>
 void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
+  if constexpr (!std::is_same_v<T, double>)
+    if (implicit_forward_fits(sh)) return conv2d_forward_implicit(sh, x, w, bias, y);
   if (sh.groups == 1) return conv2d_forward_dense(sh, x, w, bias, y);
   using A = acc_t<T>;
   if (sh.depthwise()) {
@@ -319,6 +324,8 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
 
 template <class T>
 void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
+  if constexpr (!std::is_same_v<T, double>)
+    if (implicit_backward_data_fits(sh)) return conv2d_backward_data_implicit(sh, gy, w, gx);
   if (sh.groups == 1) return conv2d_backward_data_dense(sh, gy, w, gx);
   using A = acc_t<T>;
   if (sh.depthwise()) {
@@ -352,6 +359,8 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
 // result does not depend on the thread count (as the dense path's chunks).
 template <class T>
 void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
+  if constexpr (!std::is_same_v<T, double>)
+    if (implicit_backward_filter_fits(sh)) return conv2d_backward_filter_implicit(sh, x, gy, gw, gbias);
   if (sh.groups == 1) return conv2d_backward_filter_dense(sh, x, gy, gw, gbias);
   using A = acc_t<T>;
   if (sh.depthwise()) {
