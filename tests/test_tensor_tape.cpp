@@ -1,6 +1,9 @@
 // Tensors (views, copies, memory accounting by kind) and the tape's bookkeeping: recording
 // only when asked, accumulation into leaves, persistence until zeroed, freeing saved tensors.
+#include <vector>
+
 #include "catch2/catch.hpp"
+#include "engine/allocator.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "engine/random.h"
@@ -58,6 +61,29 @@ TEST_CASE("the allocator counts current and peak bytes by kind", "[tensor][memor
   CHECK(cpu_bytes(MemKind::Activations) == act0);
   CHECK(alloc.stats().peak[static_cast<int>(MemKind::Weights)] >= weights0 + 400);
   CHECK(alloc.stats().peak[static_cast<int>(MemKind::Workspace)] >= 20);
+}
+
+TEST_CASE("the CPU cache, once full, gives up the sizes unused for longest", "[tensor][memory]") {
+  // A private allocator whose cache may hold 1 MiB: four 256 KiB blocks fill it; freeing a
+  // 512 KiB block must evict them (the older size) rather than drop the newest block, which
+  // is what a long-lived process needs when its shapes change (a new model, another test).
+  const size_t kib = 1024;
+  engine::CpuCachingAllocator alloc(1024 * kib);
+  std::vector<void*> old;
+  for (int i = 0; i < 4; ++i) old.push_back(alloc.allocate(256 * kib, MemKind::Activations));
+  for (void* p : old) alloc.deallocate(p, 256 * kib, MemKind::Activations);
+  CHECK(alloc.cached_bytes() == 1024 * kib);
+  void* p = alloc.allocate(256 * kib, MemKind::Activations);  // a cache hit
+  CHECK(alloc.cached_bytes() == 768 * kib);
+  alloc.deallocate(p, 256 * kib, MemKind::Activations);
+  void* big = alloc.allocate(512 * kib, MemKind::Activations);
+  alloc.deallocate(big, 512 * kib, MemKind::Activations);
+  CHECK(alloc.cached_bytes() == 512 * kib);  // the 256 KiB blocks went, the new one stayed
+  CHECK(alloc.allocate(512 * kib, MemKind::Activations) == big);
+  CHECK(alloc.cached_bytes() == 0);
+  alloc.deallocate(big, 512 * kib, MemKind::Activations);
+  alloc.release_cached();
+  CHECK(alloc.cached_bytes() == 0);
 }
 
 TEST_CASE("nothing is recorded without a tape or under NoGradScope", "[tape]") {
