@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
   int64_t batch = 0;
   int steps = 0;
   bool quick = false, inference = false, memory = false;
-  std::string batches_list = "8,32", budget = "80GiB";
+  std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -399,9 +399,11 @@ int main(int argc, char** argv) {
     else if (a == "--inference") inference = true;
     else if (a == "--memory") memory = true;
     else if (a == "--batches") batches_list = next();
+    else if (a == "--precisions") precisions = next();
     else if (a == "--max-batch-under") budget = next();
     else {
       std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
+                           "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one)\n"
                            "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
       return 2;
     }
@@ -437,12 +439,20 @@ int main(int argc, char** argv) {
     }
     std::printf("%-10s %-5s %6s %10s %10s %8s %9s %7s %10s %10s %10s %10s\n", "model", "prec", "batch", "img/s", "step ms",
                 "epoch s", "GFLOP/s", "%peak", "peak MiB", "weights", "grads+opt", "activ.");
+    std::vector<DType> dtypes;  // in the order fp32, fp16, bf16, whatever the list's order
+    const std::vector<std::string> wanted = split(precisions);
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      if (std::find(wanted.begin(), wanted.end(), engine::dtype_name(dt)) != wanted.end()) dtypes.push_back(dt);
+    if (dtypes.size() != wanted.size() || dtypes.empty()) {
+      std::fprintf(stderr, "bench_train: --precisions expects a list of f32, f16, bf16 (got '%s')\n", precisions.c_str());
+      return 2;
+    }
     std::vector<Result> results;
     for (const std::string& m : split(model_list)) {
       // CPU: small batches and few steps keep the big ResNets to seconds.
       const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
       const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 30);
-      for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      for (DType dt : dtypes) {
         const Result r = bench(m, dt, b, s, device, peak[dt]);
         const auto& at = r.mem.at_total_peak;
         auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
@@ -453,8 +463,8 @@ int main(int argc, char** argv) {
         results.push_back(r);
       }
     }
-    std::puts("\nFP16 / BF16 vs FP32 of the same model, measured in this run:");
-    for (size_t i = 0; i + 2 < results.size(); i += 3) {
+    if (dtypes.size() == 3) std::puts("\nFP16 / BF16 vs FP32 of the same model, measured in this run:");
+    for (size_t i = 0; dtypes.size() == 3 && i + 2 < results.size(); i += 3) {
       const Result &f32 = results[i], &f16 = results[i + 1], &b16 = results[i + 2];
       std::printf("  %-10s fp16: %.2fx speed, %.2fx peak memory   bf16: %.2fx speed, %.2fx peak memory\n",
                   f32.model.c_str(), f16.images_per_s / f32.images_per_s,
