@@ -24,6 +24,7 @@
 
 #include "engine/amp.h"
 #include "engine/device.h"
+#include "engine/profile.h"
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
 #include "models/models.h"
@@ -43,6 +44,10 @@ struct Result {
   double images_per_s = 0, step_ms = 0, gflops = 0, peak_gflops = 0, peak_fraction = 0;
   double epoch_s() const { return images_per_s > 0 ? 50000.0 / images_per_s : 0; }
   engine::MemoryStats mem;
+  // --profile: time per CPU kernel over `profiled_steps` more steps, and those steps' own time.
+  std::vector<engine::KernelTime> kernels;
+  int profiled_steps = 0;
+  double profiled_step_ms = 0;
 };
 
 // The CPU GEMM's FP32 peak on a large square product: the yardstick for model FLOP/s.
@@ -85,7 +90,8 @@ double cuda_gemm_peak_gflops(DType dt, engine::Device device) {
 #endif
 }
 
-Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device, double peak) {
+Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device, double peak,
+             bool profile) {
   engine::manual_seed(1);
   auto model = models::make_model(name);
   model->set_compute_dtype(dt);
@@ -132,6 +138,16 @@ Result bench(const std::string& name, DType dt, int64_t batch, int steps, engine
   r.peak_gflops = peak;
   r.peak_fraction = peak > 0 ? r.gflops / peak : 0;
   r.mem = alloc.stats();
+  if (profile && device.is_cpu()) {  // after the timed steps, so the timers cost them nothing
+    engine::take_kernel_profile();
+    engine::set_kernel_profiling(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    r.profiled_step_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / steps;
+    engine::set_kernel_profiling(false);
+    r.kernels = engine::take_kernel_profile();
+    r.profiled_steps = steps;
+  }
   return r;
 }
 
@@ -379,7 +395,7 @@ int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
   int steps = 0;
-  bool quick = false, inference = false, memory = false;
+  bool quick = false, inference = false, memory = false, profile = false;
   std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -398,12 +414,14 @@ int main(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else if (a == "--inference") inference = true;
     else if (a == "--memory") memory = true;
+    else if (a == "--profile") profile = true;
     else if (a == "--batches") batches_list = next();
     else if (a == "--precisions") precisions = next();
     else if (a == "--max-batch-under") budget = next();
     else {
       std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
                            "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one)\n"
+                           "                   [--profile]   (CPU: then ms per step of each kernel, host wall time)\n"
                            "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
       return 2;
     }
@@ -453,7 +471,7 @@ int main(int argc, char** argv) {
       const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
       const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 30);
       for (DType dt : dtypes) {
-        const Result r = bench(m, dt, b, s, device, peak[dt]);
+        const Result r = bench(m, dt, b, s, device, peak[dt], profile);
         const auto& at = r.mem.at_total_peak;
         auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
         std::printf("%-10s %-5s %6lld %10.0f %10.1f %8.1f %9.1f %6.0f%% %10.1f %10.1f %10.1f %10.1f\n", r.model.c_str(),
@@ -470,6 +488,22 @@ int main(int argc, char** argv) {
                   f32.model.c_str(), f16.images_per_s / f32.images_per_s,
                   double(f16.mem.total_peak) / double(f32.mem.total_peak), b16.images_per_s / f32.images_per_s,
                   double(b16.mem.total_peak) / double(f32.mem.total_peak));
+    }
+    for (const Result& r : results) {
+      if (!r.profiled_steps) continue;
+      std::printf("\n%s %s, batch %lld: time per kernel over %d profiled steps of %.1f ms\n", r.model.c_str(),
+                  r.precision.c_str(), static_cast<long long>(r.batch), r.profiled_steps, r.profiled_step_ms);
+      std::printf("  %-34s %8s %10s %7s\n", "kernel", "calls", "ms/step", "share");
+      double in_kernels = 0;
+      for (const engine::KernelTime& k : r.kernels) {
+        const double ms = k.seconds * 1e3 / r.profiled_steps;
+        in_kernels += ms;
+        std::printf("  %-34s %8.1f %10.2f %6.1f%%\n", k.name.c_str(), double(k.calls) / r.profiled_steps, ms,
+                    100 * ms / r.profiled_step_ms);
+      }
+      const double rest = r.profiled_step_ms - in_kernels;
+      std::printf("  %-34s %8s %10.2f %6.1f%%\n", "outside kernels (tape, allocation)", "", rest,
+                  100 * rest / r.profiled_step_ms);
     }
     if (!json.empty()) {
       FILE* f = std::fopen(json.c_str(), "w");
@@ -488,6 +522,14 @@ int main(int argc, char** argv) {
         for (int k = 0; k < engine::kNumMemKinds; ++k)
           std::fprintf(f, ",\"peak_%s\":%lld", engine::mem_kind_name(static_cast<engine::MemKind>(k)),
                        static_cast<long long>(r.mem.at_total_peak[k]));
+        if (r.profiled_steps) {
+          std::fprintf(f, ",\"profiled_step_ms\":%.3f,\"kernels\":[", r.profiled_step_ms);
+          for (size_t k = 0; k < r.kernels.size(); ++k)
+            std::fprintf(f, "%s{\"name\":\"%s\",\"calls_per_step\":%.2f,\"ms_per_step\":%.3f}", k ? "," : "",
+                         r.kernels[k].name.c_str(), double(r.kernels[k].calls) / r.profiled_steps,
+                         r.kernels[k].seconds * 1e3 / r.profiled_steps);
+          std::fprintf(f, "]");
+        }
         std::fprintf(f, "}");
       }
       std::fprintf(f, "]}\n");

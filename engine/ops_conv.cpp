@@ -53,14 +53,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
       if (x.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gx = like(x);
-        ENGINE_KERNEL("conv2d backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("conv2d backward data", dev, x.dtype(), T,
                       K::conv2d_backward_data(sh, gy.data<T>(), w.data<T>(), gx.data<T>(), stream));
       }
       if (w.requires_grad() || bias.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gw = like(w);
         if (bias.defined()) gb = like(bias);
-        ENGINE_KERNEL("conv2d backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("conv2d backward filter", dev, x.dtype(), T,
                       K::conv2d_backward_filter(sh, x.data<T>(), gy.data<T>(), gw.data<T>(),
                                                 gb.defined() ? gb.data<T>() : nullptr, stream));
       }
@@ -100,14 +100,14 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
       if (x.requires_grad()) {
         g_gemm_flops += flops;
         gx = like(x);
-        ENGINE_KERNEL("linear backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("linear backward data", dev, x.dtype(), T,
                       K::linear_backward_data(n, in, out, gy.data<T>(), w.data<T>(), gx.data<T>(), stream));
       }
       if (w.requires_grad() || bias.requires_grad()) {
         g_gemm_flops += flops;
         gw = like(w);
         if (bias.defined()) gb = like(bias);
-        ENGINE_KERNEL("linear backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("linear backward weight", dev, x.dtype(), T,
                       K::linear_backward_weight(n, in, out, x.data<T>(), gy.data<T>(), gw.data<T>(),
                                                 gb.defined() ? gb.data<T>() : nullptr, stream));
       }

@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "engine/ops.h"
+#include "engine/profile.h"
 #include "kernels/cpu/augment.h"
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/conv.h"
@@ -60,6 +61,7 @@ inline kernels::Stream cuda_stream() { return kernels::cuda::default_stream(); }
 // ENGINE_KERNEL(opname, device, dtype, T, call): runs `call` once, on the device's backend,
 // with T bound to dtype's C++ type, K to that backend's kernel namespace (kernels::cpu or
 // kernels::cuda) and `stream` to its stream (the engine's CUDA stream; null on the CPU).
+// On the CPU the call is timed under opname when kernel profiling is on (engine/profile.h).
 // The CUDA kernels are built for the training dtypes; FP64 (gradient checks) is CPU-only,
 // except in ENGINE_KERNEL_ANY_FLOAT, for kernels the GPU also has in FP64 (casts).
 #define ENGINE_CASE_(D, CT, T, ...) \
@@ -94,6 +96,7 @@ inline kernels::Stream cuda_stream() { return kernels::cuda::default_stream(); }
     } else {                                                          \
       namespace K = ::kernels::cpu;                                   \
       [[maybe_unused]] const ::kernels::Stream stream = nullptr;      \
+      const ::engine::KernelTimer kernel_timer_(opname);              \
       ENGINE_DISPATCH_FLOAT(dtype, opname, T, __VA_ARGS__);           \
     }                                                                 \
   } while (0)

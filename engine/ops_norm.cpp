@@ -48,12 +48,12 @@ Tensor channel_gate(const Tensor& x, const Tensor& gate) {
       Tensor gx, gg;
       if (x.requires_grad()) {
         gx = like(x);
-        ENGINE_KERNEL("channel_gate backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("channel_gate backward input", dev, x.dtype(), T,
                       K::channel_gate_forward(n, hw, c, gy.data<T>(), gate.data<T>(), gx.data<T>(), stream));
       }
       if (gate.requires_grad()) {
         gg = like(gate);
-        ENGINE_KERNEL("channel_gate backward", dev, x.dtype(), T,
+        ENGINE_KERNEL("channel_gate backward gate", dev, x.dtype(), T,
                       K::channel_gate_backward_gate(n, hw, c, x.data<T>(), gy.data<T>(), gg.data<T>(), stream));
       }
       return {gx, gg};
@@ -116,7 +116,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
       Tensor sums = Tensor::empty({2 * c}, gamma.dtype(), x.device());
       Tensor gx = x.requires_grad() ? like(x) : Tensor();
       Tensor ggamma = like(gamma), gbeta = like(gamma);
-      ENGINE_KERNEL("sync batch_norm backward", x.device(), x.dtype(), T, {
+      ENGINE_KERNEL("sync batch_norm backward sums", x.device(), x.dtype(), T, {
         using P = kernels::acc_t<T>;
         K::batch_norm_backward_sums<T, P>(rows, c, x.data<T>(), gy.data<T>(), mean.data<P>(), invstd.data<P>(),
                                           sums.data<P>(), stream);
@@ -125,7 +125,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
       ggamma.copy_from(sums.slice0(c, 2 * c));
       if (gx.defined()) {
         dist::all_reduce_sum(sums, "sync-BN gradient sums");
-        ENGINE_KERNEL("sync batch_norm backward", x.device(), x.dtype(), T, {
+        ENGINE_KERNEL("sync batch_norm backward input", x.device(), x.dtype(), T, {
           using P = kernels::acc_t<T>;
           K::batch_norm_backward_input<T, P>(rows, c, P(total_rows), x.data<T>(), gy.data<T>(), gamma.data<P>(),
                                              mean.data<P>(), invstd.data<P>(), sums.data<P>(), gx.data<T>(), stream);

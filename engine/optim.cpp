@@ -96,6 +96,7 @@ Tensor Optimizer::absmax_like(const Parameter& p) const {
 }
 
 bool Optimizer::grads_finite() const {
+  const KernelTimer timer("optimizer finite check");
   for (auto& p : params_) {
     Tensor g = p->grad();
     if (!g.defined()) continue;
@@ -265,6 +266,7 @@ namespace {
 // Runs body with G = gradient type, P = master type, W = compute-copy type, and
 // `copy` = the compute copy's pointer (null when value is the master itself).
 template <class Body> void dispatch_update(Parameter& p, const Tensor& g, Body body) {
+  const KernelTimer timer("optimizer step");
   const bool has_copy = !p.value.same_storage(p.master);
   ENGINE_DISPATCH_FLOAT(g.dtype(), "optimizer step", G, {
     if (p.master.dtype() == DType::F64) {
