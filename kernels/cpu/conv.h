@@ -1,4 +1,5 @@
 // CPU reference 2-D convolution: activations NHWC, filters KRSC (out, kh, kw, in).
+// Where it fits, conv2d_* take the implicit GEMM of conv_implicit.h (no column matrix). Else
 // im2col turns each output pixel's receptive field into one contiguous row (in NHWC each
 // (r, s) tap is a contiguous run of C values), then one GEMM per chunk of whole images.
 // Arithmetic is in A = acc_t<T>: FP16/BF16 data is widened once and rounded once.
