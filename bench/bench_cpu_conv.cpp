@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
       {"resnet 64->64 3x3", batch, 32, 32, 64, 64, 3, 1, 1},
       {"resnet 128->128 3x3", batch, 16, 16, 128, 128, 3, 1, 1},
       {"resnet 64->128 1x1 s2", batch, 32, 32, 64, 128, 1, 2, 0},
+      {"resnet 256->256 3x3", batch, 8, 8, 256, 256, 3, 1, 1},
+      {"resnet 512->512 3x3", batch, 4, 4, 512, 512, 3, 1, 1},
   };
   const int reps = quick ? 3 : 7;
   engine::manual_seed(1);

@@ -12,9 +12,10 @@
 namespace kernels::cpu {
 
 // Which convolutions each implicit kernel takes: one group, not pointwise (1x1 already skips
-// im2col), and the channels the micro-kernel keeps in vector lanes a whole number of SIMD
-// vectors: the output channels forward and for the filter gradient, the input channels for the
-// data gradient, which is itself a forward convolution of gy (stride 1, square filters only).
+// im2col), weights small enough to stay in L2 (up to 640 KiB: 128 -> 128 channels 3x3), and
+// the channels the micro-kernel keeps in vector lanes a whole number of SIMD vectors: the
+// output channels forward and for the filter gradient, the input channels for the data
+// gradient, which is itself a forward convolution of gy (stride 1, square filters only).
 bool implicit_forward_fits(const ConvShape& sh);
 bool implicit_backward_data_fits(const ConvShape& sh);
 bool implicit_backward_filter_fits(const ConvShape& sh);
