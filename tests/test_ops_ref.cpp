@@ -19,6 +19,7 @@
 #include "engine/tape.h"
 #include "engine/tensor.h"
 #include "kernels/convert.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/conv_implicit.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/pool.h"
@@ -283,6 +284,21 @@ TEST_CASE("implicit-GEMM conv2d matches a direct double convolution", "[ref]") {
   std::mt19937 rng(4321);
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (const ConvCase& cc : kImplicitConvCases) run_conv_case(cc, t, rng);
+}
+
+TEST_CASE("conv2d of an empty batch gives empty outputs and zero filter gradients", "[ref]") {
+  // A shape the implicit kernels take once it has images; with none, nothing may divide by
+  // the batch (the filter gradient's blocks) and the gradients must be exact zeros.
+  const kernels::ConvShape sh{0, 4, 4, 16, 16, 3, 3, 1, 1};
+  const std::vector<float> w(static_cast<size_t>(sh.k * sh.patch()), 0.5f), b(static_cast<size_t>(sh.k), 0.5f);
+  std::vector<float> gw(w.size(), 7.0f), gb(b.size(), 7.0f);
+  const float* none = nullptr;
+  float* none_out = nullptr;
+  kernels::cpu::conv2d_forward(sh, none, w.data(), b.data(), none_out);
+  kernels::cpu::conv2d_backward_data(sh, none, w.data(), none_out);
+  kernels::cpu::conv2d_backward_filter(sh, none, none, gw.data(), gb.data());
+  CHECK(std::all_of(gw.begin(), gw.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::all_of(gb.begin(), gb.end(), [](float v) { return v == 0.0f; }));
 }
 
 TEST_CASE("implicit-GEMM conv2d gives the same bits with one thread and with two", "[ref]") {
