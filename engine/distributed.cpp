@@ -350,7 +350,6 @@ struct GradReducer::Bucket {
   Tensor flat;                  // every member's gradient is a view into it
   std::vector<size_t> members;  // indices into params_
   size_t waiting = 0;           // members whose gradient is not final yet this step
-  bool started = false;
 #ifdef ENGINE_WITH_MPI
   MPI_Request request = MPI_REQUEST_NULL;
 #endif
@@ -407,10 +406,7 @@ GradReducer::GradReducer(std::vector<ParamPtr> params, size_t bucket_bytes, size
 GradReducer::~GradReducer() = default;
 
 void GradReducer::attach(Tape& tape) {
-  for (auto& b : buckets_) {
-    b->waiting = b->members.size();
-    b->started = false;
-  }
+  for (auto& b : buckets_) b->waiting = b->members.size();
   next_to_start_ = 0;
   tape.on_grad_ready = [this](const Tensor& leaf) { ready(leaf); };
 }
@@ -437,7 +433,6 @@ void GradReducer::launch_in_order() {
 }
 
 void GradReducer::start(Bucket& b) {
-  b.started = true;
   if (on_cuda_) {
 #ifdef ENGINE_WITH_NCCL
     if (nccl::initialized()) nccl::all_reduce_on_comm_stream(b.flat.raw(), b.flat.numel(), b.dtype);
