@@ -34,6 +34,18 @@ else
   cat "$work/train.log"; fail "bench_train --quick exited non-zero"
 fi
 
+# --precisions picks rows; --profile adds the per-kernel table (and "kernels" in the JSON).
+if "$train" --quick --models simplecnn --steps 1 --precisions f32 --profile --json "$work/profile.json" > "$work/profile.log" 2>&1; then
+  n=$(grep -o '"model":"simplecnn"' "$work/profile.json" | wc -l)
+  [ "$n" = 1 ] || fail "bench_train --precisions f32: $n rows, want 1"
+  grep -q '"kernels":\[{"name":' "$work/profile.json" || fail "bench_train --profile: no kernels in the JSON"
+  grep -q '"name":"conv2d backward filter"' "$work/profile.json" || fail "bench_train --profile: no conv2d backward filter row"
+  grep -q 'time per kernel' "$work/profile.log" || fail "bench_train --profile: no table printed"
+else
+  cat "$work/profile.log"; fail "bench_train --precisions f32 --profile exited non-zero"
+fi
+"$train" --quick --precisions f64 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --precisions f64 should exit 2"
+
 # Inference: resnet9 has batch-norm, so each dtype gets an unfolded and a folded row.
 if "$train" --inference --models resnet9 --batch 2 --steps 1 > "$work/inference.log" 2>&1; then
   n=$(grep -cE '^resnet9 +(f32|f16|bf16) +(no|yes) ' "$work/inference.log")
