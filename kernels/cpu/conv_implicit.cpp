@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -156,17 +155,6 @@ FilterFn filter_fn(int nv, int mr, bool bias) {
 
 // ---- Data movement --------------------------------------------------------------------------
 
-// n values of T as floats (FP16 eight at a time with F16C).
-template <class T> void widen_run(const T* s, float* d, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) std::memcpy(d, s, sizeof(float) * n);
-  else if constexpr (std::is_same_v<T, half>) widen_half(s, d, n);
-  else for (int64_t i = 0; i < n; ++i) d[i] = load_simd(s[i]);
-}
-template <class T> void narrow_run(const float* s, T* d, int64_t n) {
-  if constexpr (std::is_same_v<T, half>) narrow_half(s, d, n);
-  else for (int64_t i = 0; i < n; ++i) d[i] = store_simd<T>(s[i]);
-}
-
 // Images [b0, b0 + nb) of x (NHWC, shape sh) as FP32 with a zero border of sh.pad:
 // xp[nb, H + 2 pad, W + 2 pad, C]. Each element is written once.
 template <class T> void pad_images(const ConvShape& sh, const T* x, int64_t b0, int64_t nb, float* xp, bool parallel) {
@@ -181,7 +169,7 @@ template <class T> void pad_images(const ConvShape& sh, const T* x, int64_t b0, 
         continue;
       }
       std::fill(d, d + left, 0.0f);
-      widen_run(x + ((b0 + b) * sh.h + ih) * run, d + left, run);
+      convert_run(x + ((b0 + b) * sh.h + ih) * run, d + left, run);
       std::fill(d + left + run, d + line, 0.0f);
     }
 }
@@ -232,7 +220,7 @@ template <class T> void forward_packed(const ConvShape& sh, const T* x, const fl
             forward_fn(nv, t.size)(x_row + t.start * step, step, row_pitch, sh.r, run, panels + q * depth * nr,
                                    bias ? bias + q * nr : nullptr, out + t.start * sh.k + q * nr, sh.k);
           }
-        if constexpr (!std::is_same_v<T, float>) narrow_run(out, y_row, ow * sh.k);
+        if constexpr (!std::is_same_v<T, float>) convert_run(out, y_row, ow * sh.k);
       }
   }
 }
@@ -282,16 +270,7 @@ template <class T> void conv2d_forward_implicit(const ConvShape& sh, const T* x,
 // the forward convolution of gy (K channels) with padding R-1-pad and the filters flipped in
 // space and transposed to [C][R][S][K].
 template <class T> void conv2d_backward_data_implicit(const ConvShape& sh, const T* gy, const T* w, T* gx) {
-  ConvShape t;
-  t.n = sh.n;
-  t.h = sh.out_h();
-  t.w = sh.out_w();
-  t.c = sh.k;
-  t.k = sh.c;
-  t.r = sh.r;
-  t.s = sh.s;
-  t.stride = 1;
-  t.pad = sh.r - 1 - sh.pad;
+  const ConvShape t{sh.n, sh.out_h(), sh.out_w(), sh.k, sh.c, sh.r, sh.s, 1, sh.r - 1 - sh.pad};
   const int64_t R = sh.r, S = sh.s, K = sh.k, C = sh.c;
   const float* panels = pack_panels(C, R * S * K, panel_vectors(C) * W, [&](int64_t c, int64_t e) {
     const int64_t r = e / (S * K), s = e / K % S, k = e % K;  // e indexes [R][S][K] of the flipped filter
@@ -325,7 +304,7 @@ void conv2d_backward_filter_implicit(const ConvShape& sh, const T* x, const T* g
         g = gy + b * oh * ow * sh.k;
       } else {
         float* gf = scratch<float>(3, oh * ow * sh.k);
-        widen_run(gy + b * oh * ow * sh.k, gf, oh * ow * sh.k);
+        convert_run(gy + b * oh * ow * sh.k, gf, oh * ow * sh.k);
         g = gf;
       }
       for (int64_t i0 = 0; i0 < oh; i0 += group_rows, first = false) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <type_traits>
 
@@ -66,17 +67,20 @@ inline void narrow_half(const float* src, half* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = store_simd<half>(src[i]);
 }
 
-// Either direction in parallel blocks of whole cache lines.
+// A storage type to or from its accumulator (or a plain copy), on the calling thread.
+template <class From, class To> void convert_run(const From* src, To* dst, int64_t n) {
+  if constexpr (std::is_same_v<From, To>) std::memcpy(dst, src, sizeof(To) * static_cast<size_t>(n));
+  else if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) widen_half(src, dst, n);
+  else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) narrow_half(src, dst, n);
+  else if constexpr (std::is_same_v<To, float>) for (int64_t i = 0; i < n; ++i) dst[i] = load_simd(src[i]);
+  else for (int64_t i = 0; i < n; ++i) dst[i] = store_simd<To>(src[i]);
+}
+
+// The same in parallel blocks of whole cache lines.
 template <class From, class To> void convert_array(const From* src, To* dst, int64_t n) {
   constexpr int64_t kBlock = 1 << 14;
 #pragma omp parallel for if (n > 4 * kBlock)
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = n - b < kBlock ? n - b : kBlock;
-    if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) widen_half(src + b, dst + b, m);
-    else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) narrow_half(src + b, dst + b, m);
-    else if constexpr (std::is_same_v<To, float>) for (int64_t i = 0; i < m; ++i) dst[b + i] = load_simd(src[b + i]);
-    else for (int64_t i = 0; i < m; ++i) dst[b + i] = store_simd<To>(src[b + i]);
-  }
+  for (int64_t b = 0; b < n; b += kBlock) convert_run(src + b, dst + b, n - b < kBlock ? n - b : kBlock);
 }
 
 }  // namespace kernels::cpu
