@@ -48,6 +48,36 @@ ENGINE_HD uint64_t double_bits(double d) {
 #endif
 }
 
+ENGINE_HD double bits_double(uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+// ---- FP32 <-> FP64 --------------------------------------------------------------------------
+// Finite values and infinities convert exactly as the cast does (widening is exact, narrowing
+// rounds to nearest even). A NaN follows the rule of the 16-bit conversions below: its sign and
+// payload are kept (the top 23 payload bits when narrowing) and the quiet bit is set. x86's
+// cvtss2sd/cvtsd2ss already do this; the GPU's cvt returns the canonical NaN 0x7fffffff
+// whatever the input, so without the patch the two backends would differ in a NaN's bits.
+ENGINE_HD double float_to_double(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) <= 0x7f800000u) return static_cast<double>(f);
+  return bits_double((static_cast<uint64_t>(x & 0x80000000u) << 32) | 0x7ff8000000000000ull |
+                     (static_cast<uint64_t>(x & 0x007fffffu) << 29));
+}
+
+ENGINE_HD float double_to_float(double d) {
+  const uint64_t x = double_bits(d);
+  if ((x & 0x7fffffffffffffffull) <= 0x7ff0000000000000ull) return static_cast<float>(d);
+  return bits_float(static_cast<uint32_t>(x >> 32 & 0x80000000u) | 0x7fc00000u |
+                    static_cast<uint32_t>(x >> 29 & 0x007fffffu));
+}
+
 // ---- Limits (exact values) ------------------------------------------------------------------
 
 inline constexpr float kHalfMax = 65504.f;                          // (2 - 2^-10) * 2^15

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "kernels/convert.h"
 #include "kernels/numeric.h"
 #include "kernels/philox.h"
 
@@ -426,6 +428,55 @@ TEST_CASE("bfloat16: double rounding is done once", "[numeric]") {
   CHECK(double_to_bf16_bits(-1e-300) == 0x8000);
   check_double_rounding(kBf16Fmt, double_to_bf16_bits, double_probes(kBf16Fmt));
   check_double_rounding(kBf16Fmt, double_to_bf16_bits, random_doubles(1 << 19, 999));
+}
+
+// ---- FP32 <-> FP64 ------------------------------------------------------------------------------
+
+TEST_CASE("FP32 <-> FP64: a NaN keeps sign and payload and comes out quiet; the rest is the cast", "[numeric]") {
+  auto dbits = [](double d) { uint64_t u; std::memcpy(&u, &d, sizeof u); return u; };
+  auto dfrom = [](uint64_t u) { double d; std::memcpy(&d, &u, sizeof d); return d; };
+  // Expected bits written out by hand from the rule: narrowing keeps the sign and the top 23 of
+  // the 52 payload bits (bits 51..29) and sets bit 22; widening puts the 23 bits at 51..29.
+  struct Narrow { uint64_t in; uint32_t out; };
+  for (const Narrow& c : {Narrow{0x7ff8000000000000ull, 0x7fc00000u},   // the default quiet NaN
+                          Narrow{0xfff8000000000000ull, 0xffc00000u},   // its negative
+                          Narrow{0x7ff0000000000001ull, 0x7fc00000u},   // signalling, payload below bit 29
+                          Narrow{0x7ff4000000000000ull, 0x7fe00000u},   // signalling, payload bit 50
+                          Narrow{0xfffffffffffffffful, 0xffffffffu},    // every payload bit
+                          Narrow{0x7ff80000deadbeefull, 0x7fc00006u}}) {  // bits 31..29 of 0xdeadbeef = 110
+    INFO(std::hex << c.in);
+    const float f = kernels::double_to_float(dfrom(c.in));
+    CHECK(kernels::float_bits(f) == c.out);
+    CHECK(kernels::float_bits(kernels::convert<float>(dfrom(c.in))) == c.out);
+  }
+  struct Widen { uint32_t in; uint64_t out; };
+  for (const Widen& c : {Widen{0x7fc00000u, 0x7ff8000000000000ull}, Widen{0xffc00000u, 0xfff8000000000000ull},
+                         Widen{0x7f800001u, 0x7ff8000020000000ull}, Widen{0x7fffffffu, 0x7fffffffe0000000ull},
+                         Widen{0xff812345u, 0xfff82468a0000000ull}}) {
+    INFO(std::hex << c.in);
+    CHECK(dbits(kernels::float_to_double(float_from_bits(c.in))) == c.out);
+    CHECK(dbits(kernels::convert<double>(float_from_bits(c.in))) == c.out);
+  }
+  // half and bf16 widen to double through float: the payload survives both steps.
+  CHECK(dbits(kernels::convert<double>(kernels::half::from_bits(0xfe01))) == 0xfff8040000000000ull);
+  CHECK(dbits(kernels::convert<double>(kernels::bfloat16::from_bits(0x7f81))) == 0x7ff8200000000000ull);
+  // Everything that is not a NaN converts exactly as the cast does.
+  for (double d : {0.0, -0.0, 1.0, -1.5, 1e-310, 3.4028235677973366e38, 3.4028235677973367e38, 1e39, -1e-46,
+                   std::ldexp(1.0, -149), std::ldexp(1.0, -150), std::ldexp(1.5, -150), 0.1,
+                   std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    INFO(d);
+    CHECK(kernels::float_bits(kernels::double_to_float(d)) == kernels::float_bits(static_cast<float>(d)));
+    const float f = static_cast<float>(d);
+    CHECK(dbits(kernels::float_to_double(f)) == dbits(static_cast<double>(f)));
+  }
+#if defined(__x86_64__)
+  // x86's cvtsd2ss/cvtss2sd follow the same NaN rule: the host cast and ours agree bit for bit
+  // (the GPU's cvt does not, hence the rule; tests/cuda checks the device side).
+  for (uint64_t in : {0x7ff0000000000001ull, 0xfff4000000000000ull, 0x7ff80000deadbeefull}) {
+    volatile double d = dfrom(in);  // volatile: the conversion happens at run time, in hardware
+    CHECK(kernels::float_bits(static_cast<float>(d)) == kernels::float_bits(kernels::double_to_float(d)));
+  }
+#endif
 }
 
 // ---- Types and accumulation ---------------------------------------------------------------------
