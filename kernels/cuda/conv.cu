@@ -17,6 +17,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/conv_rules.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/numeric.h"
 
@@ -280,76 +281,115 @@ bool log_enabled() {
 }
 
 const char* route_name(ConvRoute r) {
-  return r == ConvRoute::Search ? "search" : r == ConvRoute::Measured ? "measured search" : "channels padded to x8";
+  switch (r) {
+    case ConvRoute::Search: return "search";
+    case ConvRoute::Measured: return "measured search";
+    case ConvRoute::Padded: return "channels padded to x8";
+    case ConvRoute::Relaxed: return "relaxed rules";
+  }
+  return "?";
 }
 
-// Tries candidates in order; on the first that runs, caches it under `key` and returns true.
-// `tried` collects why the others were passed over.
-bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& dims, cudnnDataType_t dt, bool tf32,
-                    bool det, const std::vector<Cand>& cands, ConvRoute route, const Key& key, const void* in0,
-                    const void* in1, void* out, std::ostringstream& tried) {
-  const bool fp32 = dt == CUDNN_DATA_FLOAT;
+bool uses_tensor_cores(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+const char* rules_name(const ConvRules& r) {
+  return r.strict_fp32 ? (r.deterministic ? "strict FP32, deterministic" : "strict FP32")
+                       : (r.deterministic ? "deterministic" : "any algorithm");
+}
+
+// The math type a candidate runs with: FMA only under strict FP32 (CUDNN_DEFAULT_MATH would
+// permit TF32 on Ampere and later), else the candidate's own.
+cudnnMathType_t run_math(const Cand& c, const ConvRules& rules) { return rules.strict_fp32 ? CUDNN_FMA_MATH : c.math; }
+
+// The descriptor's math type steers the search: FMA only for strict FP32, DEFAULT (permits
+// TF32) for FP32 otherwise, Tensor Cores for FP16/BF16.
+cudnnMathType_t query_math(cudnnDataType_t dt, const ConvRules& rules) {
+  return dt == CUDNN_DATA_FLOAT ? (rules.strict_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH) : CUDNN_TENSOR_OP_MATH;
+}
+
+// Tries candidates in order; on the first that runs within `rules`, caches it under `key` and
+// returns true. `tried` gets how many candidates each filter removed, then why the others failed.
+bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& dims, cudnnDataType_t dt,
+                    const ConvRules& rules, const ConvRules& asked, const std::vector<Cand>& cands, ConvRoute route,
+                    const char* list, const Key& key, const void* in0, const void* in1, void* out,
+                    std::ostringstream& tried) {
   const size_t limit = conv_workspace_limit();
+  ConvFilterCounts counts;
+  std::ostringstream why;
   for (const Cand& c : cands) {
-    if (c.status != CUDNN_STATUS_SUCCESS) continue;
-    // FP32 without TF32 must not use Tensor Cores; CUDNN_FMA_MATH is cuDNN's "FMA only" mode
-    // (CUDNN_DEFAULT_MATH would permit TF32 on Ampere and later).
-    if (fp32 && !tf32 && (c.math == CUDNN_TENSOR_OP_MATH || c.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-      continue;
-    if (det && c.determinism != CUDNN_DETERMINISTIC) {  // e.g. backward algorithms that add with atomics
-      tried << " algo " << c.algo << ": not deterministic;";
-      continue;
-    }
-    const cudnnMathType_t math = (fp32 && !tf32) ? CUDNN_FMA_MATH : c.math;
+    const ConvCandidate cc{c.algo, c.status == CUDNN_STATUS_SUCCESS, uses_tensor_cores(c.math),
+                           c.determinism == CUDNN_DETERMINISTIC};
+    const ConvVerdict verdict = judge_conv_candidate(cc, rules);
+    counts.add(verdict);
+    if (verdict != ConvVerdict::Usable) continue;
+    const cudnnMathType_t math = run_math(c, rules);
     cudnnStatus_t st = cudnnSetConvolutionMathType(d.conv.d, math);
     size_t ws_bytes = 0;
     if (st == CUDNN_STATUS_SUCCESS) st = workspace_size(dir, h, d, c.algo, &ws_bytes);
     if (st == CUDNN_STATUS_SUCCESS && ws_bytes > limit) {
-      tried << " algo " << c.algo << ": workspace " << ws_bytes << " B over the limit;";
+      ++counts.over_workspace;
+      why << " algo " << c.algo << ": workspace " << ws_bytes << " B over the limit;";
       continue;
     }
     if (st == CUDNN_STATUS_SUCCESS) {
       Workspace ws(ws_bytes);
       st = run(dir, h, d, c.algo, ws.get(), ws.size(), in0, in1, out);
-      if (st == CUDNN_STATUS_SUCCESS) {
-        g_cache[key] = Choice{route, c.algo, math, ws_bytes};
-        std::ostringstream line;
-        line << "conv " << dir_name(dir) << " " << dtype_name(dt) << (tf32 ? " tf32" : "") << " " << dims_str(dims)
-             << " -> algo " << c.algo << " (" << math_name(math) << "), workspace " << ws_bytes << " B, "
-             << route_name(route) << (det ? ", deterministic" : "");
-        g_report.push_back(line.str());
-        // A fallback is said once per shape (it is cached); the usual choice only on request.
-        if (log_enabled() || route == ConvRoute::Measured)
-          std::fprintf(stderr, "engine: %s%s\n", line.str().c_str(),
-                       route == ConvRoute::Measured ? " (no heuristic candidate ran)" : "");
-        return true;
-      }
     }
-    tried << " algo " << c.algo << " (" << math_name(math) << "): " << cudnnGetErrorString(st) << ";";
+    if (st != CUDNN_STATUS_SUCCESS) {
+      ++counts.refused;
+      why << " algo " << c.algo << " (" << math_name(math) << "): " << cudnnGetErrorString(st) << ";";
+      continue;
+    }
+    g_cache[key] = Choice{route, c.algo, math, ws_bytes};
+    const std::string gave_up = conv_relaxation_note(cc, asked);
+    std::ostringstream line;
+    line << "conv " << dir_name(dir) << " " << dtype_name(dt) << (rules.strict_fp32 || dt != CUDNN_DATA_FLOAT ? "" : " tf32")
+         << " " << dims_str(dims) << " -> algo " << c.algo << " (" << math_name(math) << "), workspace " << ws_bytes
+         << " B, " << route_name(route) << (rules.deterministic ? ", deterministic" : "");
+    if (route == ConvRoute::Relaxed)
+      line << ": nothing runs it under " << rules_name(asked) << "; this algorithm is "
+           << (gave_up.empty() ? "within them after all" : gave_up);
+    g_report.push_back(line.str());
+    // A fallback is said once per shape (it is cached); the usual choice only on request.
+    if (log_enabled() || route == ConvRoute::Measured || route == ConvRoute::Relaxed)
+      std::fprintf(stderr, "engine: %s%s\n", line.str().c_str(),
+                   route == ConvRoute::Measured ? " (no heuristic candidate ran)" : "");
+    return true;
   }
+  tried << " [" << list << ", " << rules_name(rules) << ": " << counts.str() << "]" << why.str();
   return false;
 }
 
-Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, bool tf32, ConvAlgoSearch search, bool det,
-             const void* in0, const void* in1, const void* out) {
-  return Key{static_cast<int>(dir), static_cast<int>(dt), tf32 ? 1 : 0, static_cast<int>(search), det ? 1 : 0,
+// The rules the run asks for: strict FP32 unless TF32 is allowed, deterministic when set.
+ConvRules asked_rules(cudnnDataType_t dt) {
+  return ConvRules{dt == CUDNN_DATA_FLOAT && !allow_tf32(), deterministic()};
+}
+
+// The key holds the asked-for rules, so a choice made under relaxed ones is found again
+// without a search.
+Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const void* in0, const void* in1, const void* out) {
+  const ConvRules asked = asked_rules(dt);
+  return Key{static_cast<int>(dir), static_cast<int>(dt), dt == CUDNN_DATA_FLOAT && !asked.strict_fp32,
+             static_cast<int>(conv_algo_search()), asked.deterministic,
              static_cast<int>(std::min({detail::pointer_alignment(in0), detail::pointer_alignment(in1),
                                         detail::pointer_alignment(out)})),
              dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad, dims.groups};
 }
 
 // Runs the convolution with its own descriptors: the cached algorithm, else the configured
-// search and then (after heuristics) the measured one. False when no algorithm runs.
-bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const void* in0, const void* in1, void* out,
-                   ConvRoute first, std::ostringstream& tried) {
+// search and then (after heuristics) the measured one, among the candidates `rules` allow
+// (route Relaxed when they are looser than asked). False when no algorithm runs.
+bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, const void* in0,
+                   const void* in1, void* out, ConvRoute first, std::ostringstream& tried) {
   if (first == ConvRoute::Padded && dims.c % 8 == 0 && dims.k % 8 == 0) first = ConvRoute::Search;  // nothing to pad
   cudnnHandle_t h = context().cudnn();
-  const bool fp32 = dt == CUDNN_DATA_FLOAT;
-  const bool tf32 = fp32 && allow_tf32();
-  const bool det = deterministic();
+  const ConvRules asked = asked_rules(dt);
+  const ConvRoute found = rules == asked ? ConvRoute::Search : ConvRoute::Relaxed;
   const ConvAlgoSearch search = conv_algo_search();
   Descs d(dims, dt);
-  const Key key = make_key(dir, dims, dt, tf32, search, det, in0, in1, out);
+  const Key key = make_key(dir, dims, dt, in0, in1, out);
   auto it = g_cache.find(key);
   if (it != g_cache.end() && it->second.route != ConvRoute::Padded) {
     CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, it->second.math));
@@ -357,22 +397,19 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const voi
     if (run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out) == CUDNN_STATUS_SUCCESS) return true;
     g_cache.erase(it);  // refused this time (nothing ran): choose again below
   }
-  // The descriptor's math type steers the search: FMA only for strict FP32, DEFAULT (permits
-  // TF32) for FP32 with TF32, Tensor Cores for FP16/BF16.
-  const cudnnMathType_t query_math = fp32 ? (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
   if (first == ConvRoute::Search && search == ConvAlgoSearch::Heuristic) {
-    CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
+    CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math(dt, rules)));
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
     const std::vector<Cand> cands = heuristic_candidates(dir, h, d, &st);
-    if (try_candidates(dir, h, d, dims, dt, tf32, det, cands, ConvRoute::Search, key, in0, in1, out, tried))
+    if (try_candidates(dir, h, d, dims, dt, rules, asked, cands, found, "heuristics", key, in0, in1, out, tried))
       return true;
-    tried << " (heuristics: " << cands.size() << " candidates, " << cudnnGetErrorString(st) << ")";
+    if (st != CUDNN_STATUS_SUCCESS) tried << " (heuristics query: " << cudnnGetErrorString(st) << ")";
   }
   if (first == ConvRoute::Padded) return false;
   // The measured search: cudnnFind runs every algorithm on these buffers (it writes `out`,
   // which the convolution overwrites anyway) with the largest workspace, under the limit, that
   // any algorithm asks for this shape (asked of each algorithm, not only the heuristics' picks).
-  CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math));
+  CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math(dt, rules)));
   size_t ws_bytes = 0;
   int algos = 0;
   if (algo_count(dir, h, &algos) != CUDNN_STATUS_SUCCESS) algos = 0;
@@ -387,9 +424,12 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const voi
     Workspace ws(ws_bytes);
     measured = benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size(), &st);
   }
-  const ConvRoute route = search == ConvAlgoSearch::Benchmark ? ConvRoute::Search : ConvRoute::Measured;
-  if (try_candidates(dir, h, d, dims, dt, tf32, det, measured, route, key, in0, in1, out, tried)) return true;
-  tried << " (measured: " << measured.size() << " candidates, " << cudnnGetErrorString(st) << ")";
+  const ConvRoute route = found == ConvRoute::Relaxed           ? ConvRoute::Relaxed
+                          : search == ConvAlgoSearch::Benchmark ? ConvRoute::Search
+                                                                : ConvRoute::Measured;
+  if (try_candidates(dir, h, d, dims, dt, rules, asked, measured, route, "measured", key, in0, in1, out, tried))
+    return true;
+  if (st != CUDNN_STATUS_SUCCESS) tried << " (measured query: " << cudnnGetErrorString(st) << ")";
   return false;
 }
 
@@ -408,8 +448,8 @@ void copy_channels(void* dst, int64_t to, const void* src, int64_t from, int64_t
 // The last resort for shapes no algorithm takes (3-channel FP16/BF16 NHWC inputs, odd channel
 // counts): input and output channels zero-padded to multiples of 8, the padded problem solved,
 // the result sliced back. Zero channels add nothing to any sum, so the result is the same.
-bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
-                 void* out, cudaStream_t stream, std::ostringstream& tried) {
+bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
+                 const void* in0, const void* in1, void* out, cudaStream_t stream, std::ostringstream& tried) {
   if (dims.groups > 1) return false;  // padding would move channels across groups
   ConvShape p = dims;
   p.c = round_up8(dims.c);
@@ -446,7 +486,7 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem
       const void* x = x_in(in0);
       pad_filters(in1);
       void* y = pad_k ? yp.get() : out;
-      ok = conv_unpadded(dir, p, dt, x, wp.get(), y, ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, x, wp.get(), y, ConvRoute::Search, inner);
       if (ok && pad_k) copy_channels(out, dims.k, yp.get(), p.k, y_rows, e, stream);
       break;
     }
@@ -454,14 +494,14 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem
       const void* gy = y_in(in0);
       pad_filters(in1);
       void* gx = pad_c ? xp.get() : out;
-      ok = conv_unpadded(dir, p, dt, gy, wp.get(), gx, ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, gy, wp.get(), gx, ConvRoute::Search, inner);
       if (ok && pad_c) copy_channels(out, dims.c, xp.get(), p.c, x_rows, e, stream);
       break;
     }
     case Dir::BwdFilter: {  // in0 = x, in1 = gy, out = gw
       const void* x = x_in(in0);
       const void* gy = y_in(in1);
-      ok = conv_unpadded(dir, p, dt, x, gy, wp.get(), ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, x, gy, wp.get(), ConvRoute::Search, inner);
       // [Kp,R,S,Cp] -> [K,R,S,C]: the first K filters' rows, each sliced to C channels.
       if (ok) copy_channels(out, dims.c, wp.get(), p.c, w_rows_c, e, stream);
       break;
@@ -471,27 +511,35 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem
   return ok;
 }
 
+// The routes in order, for each rule set of conv_relaxations (those asked for first): the search
+// and measured search on the shape itself, then with channels padded. Every fallback is said
+// once per shape on stderr; only when all fail does the call throw, with what each list held.
 void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
              void* out, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mu);
   CHECK_CUDNN(cudnnSetStream(context().cudnn(), stream));
   const ConvRoute first = static_cast<ConvRoute>(g_first_route.load());
-  const bool tf32 = dt == CUDNN_DATA_FLOAT && allow_tf32();
-  const Key key = make_key(dir, dims, dt, tf32, conv_algo_search(), deterministic(), in0, in1, out);
+  const ConvRules asked = asked_rules(dt);
+  const Key key = make_key(dir, dims, dt, in0, in1, out);
   auto it = g_cache.find(key);
   const bool known_padded = it != g_cache.end() && it->second.route == ConvRoute::Padded;
+  const std::vector<ConvRules> levels = conv_relaxations(asked);
   std::ostringstream tried;
-  if (!known_padded && conv_unpadded(dir, dims, dt, in0, in1, out, first, tried)) return;
-  if (conv_padded(dir, dims, dt, elem, in0, in1, out, stream, tried)) {
-    if (!known_padded) {
-      g_cache[key] = Choice{ConvRoute::Padded, -1, CUDNN_DEFAULT_MATH, 0};
-      std::ostringstream line;
-      line << "conv " << dir_name(dir) << " " << dtype_name(dt) << " " << dims_str(dims)
-           << ": no algorithm runs this shape; running it with channels zero-padded to multiples of 8";
-      g_report.push_back(line.str());
-      std::fprintf(stderr, "engine: %s\n", line.str().c_str());  // said once per shape
+  for (size_t level = 0; level < levels.size(); ++level) {
+    if (level == 0 && first == ConvRoute::Relaxed) continue;  // test hook: as if nothing ran within the rules
+    const ConvRoute start = level == 0 ? first : ConvRoute::Search;
+    if (!known_padded && conv_unpadded(dir, dims, dt, levels[level], in0, in1, out, start, tried)) return;
+    if (conv_padded(dir, dims, dt, levels[level], elem, in0, in1, out, stream, tried)) {
+      if (!known_padded) {
+        g_cache[key] = Choice{ConvRoute::Padded, -1, CUDNN_DEFAULT_MATH, 0};
+        std::ostringstream line;
+        line << "conv " << dir_name(dir) << " " << dtype_name(dt) << " " << dims_str(dims)
+             << ": no algorithm runs this shape; running it with channels zero-padded to multiples of 8";
+        g_report.push_back(line.str());
+        std::fprintf(stderr, "engine: %s\n", line.str().c_str());  // said once per shape
+      }
+      return;
     }
-    return;
   }
   ENGINE_FAIL("conv2d " << dir_name(dir) << " (" << dtype_name(dt) << ", " << dims_str(dims)
                         << "): cuDNN offered no algorithm that runs;" << tried.str());

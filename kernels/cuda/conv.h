@@ -37,14 +37,19 @@ void conv2d_backward_filter(const ConvShape& d, const T* x, const T* gy, T* gw, 
 //              torch.backends.cudnn.benchmark); the fastest usable one is kept.
 // Either way candidates are tried in order until one runs: one cuDNN rejects for this
 // configuration (a math type, a workspace above the limit) is skipped, never fatal.
-// When none runs, two fallbacks follow, each said once per shape on stderr:
+// When none runs, fallbacks follow, each said once per shape on stderr:
 //   Measured: after heuristics, the measured search (cudnnFind) over every algorithm;
 //   Padded:   input and output channels zero-padded to multiples of 8 (cuDNN's most
 //             exercised Tensor Core case), the padded problem solved and the result sliced
-//             back: the same sums, since the added channels are zeros.
-// Only when all fail does the call throw, listing what each candidate answered.
+//             back: the same sums, since the added channels are zeros;
+//   Relaxed:  all of the above again with the run's rules loosened (kernels/conv_rules.h):
+//             first without determinism (a grouped or depthwise backward-filter may have no
+//             deterministic algorithm), then without strict FP32 (FP32 NHWC may be offered
+//             only as TF32 Tensor Core engines). The one-line warning says what was given up.
+// Only when all fail does the call throw, saying how many candidates each filter removed and
+// what each tried candidate answered.
 enum class ConvAlgoSearch { Heuristic, Benchmark };
-enum class ConvRoute { Search, Measured, Padded };
+enum class ConvRoute { Search, Measured, Padded, Relaxed };
 void set_conv_algo_search(ConvAlgoSearch mode);
 ConvAlgoSearch conv_algo_search();
 void set_conv_workspace_limit(size_t bytes);  // default 1 GiB

@@ -3,12 +3,15 @@
 // count), forward and backward through the engine's ops.
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "catch2/catch.hpp"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/tape.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/conv.h"
 
 using engine::DType;
 using engine::Tensor;
@@ -79,7 +82,9 @@ TEST_CASE("SiLU, sigmoid and the channel gate on the GPU match the CPU in every 
   }
 }
 
-TEST_CASE("depthwise and grouped convolution on the GPU (cuDNN groups) match the CPU", "[cuda]") {
+namespace {
+// Depthwise and grouped cases in every dtype, GPU against CPU, forward and both gradients.
+void check_grouped_convs() {
   struct Case { int64_t c, k, r, stride, groups; };
   for (const Case& cs : {Case{32, 32, 3, 1, 32}, Case{24, 24, 5, 2, 24}, Case{16, 32, 3, 1, 4}}) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
@@ -95,4 +100,28 @@ TEST_CASE("depthwise and grouped convolution on the GPU (cuDNN groups) match the
       compare(run(f, {x, w, b}, kGpu, 7), run(f, {x, w, b}, engine::Device::cpu(), 7), dt, terms, scale, "conv2d");
     }
   }
+}
+}  // namespace
+
+TEST_CASE("depthwise and grouped convolution on the GPU (cuDNN groups) match the CPU", "[cuda]") {
+  check_grouped_convs();
+}
+
+TEST_CASE("depthwise and grouped convolution through the relaxed route give the same results", "[cuda]") {
+  // As if no algorithm ran under the test binary's rules (deterministic, strict FP32): the
+  // route that loosens them (first determinism, then strict FP32) must still be right.
+  struct RouteGuard {
+    ~RouteGuard() {
+      kernels::cuda::set_conv_first_route_for_test(kernels::cuda::ConvRoute::Search);
+      kernels::cuda::clear_conv_algo_cache();
+    }
+  } guard;
+  REQUIRE(kernels::cuda::deterministic());  // tests/cuda/main.cpp sets it: there is a rule to relax
+  kernels::cuda::clear_conv_algo_cache();
+  kernels::cuda::set_conv_first_route_for_test(kernels::cuda::ConvRoute::Relaxed);
+  check_grouped_convs();
+  const std::string report = kernels::cuda::conv_algo_report();
+  INFO(report);
+  CHECK(report.find("relaxed rules: nothing runs it under strict FP32, deterministic") != std::string::npos);
+  CHECK(report.find("relaxed rules: nothing runs it under deterministic") != std::string::npos);
 }
