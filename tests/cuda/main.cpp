@@ -2,7 +2,9 @@
 // device is present, so GPU tests never pass silently on a machine without one. Listing the
 // tests (--list-tests, --list-tags, -l, ...) works without a device. It prints the CUDA,
 // cuBLASLt and cuDNN versions it loaded (against those it was built with) first, and runs
-// with deterministic cuDNN algorithms (the trainer's --deterministic), so reruns repeat.
+// with deterministic cuDNN algorithms (the trainer's --deterministic), so reruns repeat. At the
+// end it destroys the one-rank NCCL communicator a test made, before static destructors run:
+// NCCL's proxy thread must not outlive the CUDA context it works in.
 #define CATCH_CONFIG_RUNNER
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include "catch2/catch.hpp"
 #include "engine/device.h"
+#include "engine/distributed.h"
 
 int main(int argc, char** argv) {
   bool listing = false;
@@ -23,5 +26,7 @@ int main(int argc, char** argv) {
   }
   if (!listing) std::printf("%s", engine::cuda_library_versions().c_str());
   engine::set_cuda_deterministic(true);
-  return Catch::Session().run(argc, argv);
+  const int failed = Catch::Session().run(argc, argv);
+  engine::dist::finalize();
+  return failed;
 }

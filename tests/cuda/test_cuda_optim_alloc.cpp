@@ -120,8 +120,11 @@ std::vector<std::unique_ptr<TestParam>> make_params(bool two_states) {
 }
 
 // Bounds. Both sides run kernels::sgd_update / adam_update in FP32 on identical inputs, but
-// nvcc contracts a*b + c into one FMA (one rounding instead of two) where g++ in ISO mode
-// does not, so each step may differ by a few units of FP32 roundoff u = 2^-24 in every
+// either compiler may contract a*b + c into one FMA (one rounding instead of two): nvcc does by
+// default, and so does g++ for C++ (-ffp-contract=fast is its default even under -std=c++17;
+// only ISO C modes turn it off) wherever -march gives it FMA, each at places of its own choosing.
+// The bound assumes nothing about which side contracts where: any of the few roundings in an
+// update may differ, so each step may differ by a few units of FP32 roundoff u = 2^-24 in every
 // updated quantity, and the differences carry into later steps. Per step we allow 8 u of
 // the quantity's magnitude: for the master, |w| + 10 lr (an update is at most a few lr:
 // |m_hat / sqrt(v_hat)| <= ~3 for Adam, |d| <= ~10 for SGD with momentum 0.9 and unit
