@@ -4,8 +4,11 @@
 
 #include <cublasLt.h>
 #include <cudnn.h>
+#include <link.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 
@@ -41,6 +44,30 @@ void memset_zero(void* dst, size_t bytes) { CHECK_CUDA(cudaMemset(dst, 0, bytes)
 
 void synchronize() { CHECK_CUDA(cudaDeviceSynchronize()); }
 
+namespace {
+// The files the dynamic loader mapped for the CUDA libraries: which copy runs, whatever
+// LD_LIBRARY_PATH or the build's search paths said.
+std::string loaded_library_files() {
+  std::vector<std::string> files;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string path = info->dlpi_name ? info->dlpi_name : "";
+        const size_t slash = path.rfind('/');
+        const std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
+        for (const char* stem : {"libcudart.so", "libcublasLt.so", "libcublas.so", "libcudnn", "libnccl.so"})
+          if (base.rfind(stem, 0) == 0) {
+            static_cast<std::vector<std::string>*>(out)->push_back(path);
+            break;
+          }
+        return 0;
+      },
+      &files);
+  std::string s;
+  for (const std::string& f : files) s += "loaded file:  " + f + "\n";
+  return s.empty() ? "loaded file:  none of libcudart/libcublasLt/libcudnn/libnccl is mapped (static runtime?)\n" : s;
+}
+}  // namespace
+
 std::string library_versions() {
   // Versions as integers: CUDA 12080 = 12.8, cuBLASLt 130100 = 13.1.0, cuDNN 90800 = 9.8.0.
   std::ostringstream os;
@@ -55,6 +82,7 @@ std::string library_versions() {
   os << "cuDNN:        loaded " << cudnnGetVersion() << ", built with " << CUDNN_VERSION
      << (cudnnGetVersion() / 10000 != CUDNN_VERSION / 10000 ? " (MAJOR VERSION MISMATCH)" : "") << "\n";
   cudaGetLastError();  // leave no sticky error from the queries behind
+  os << loaded_library_files();
   return os.str();
 }
 

@@ -17,7 +17,8 @@ void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, si
 void memset_zero(void* dst, size_t bytes);
 void synchronize();
 // Loaded vs built-with versions of the CUDA runtime, the driver, cuBLASLt and cuDNN, one line
-// each; never throws (a missing driver is reported in its line).
+// each, then the path of each CUDA library file actually loaded; never throws (a missing
+// driver is reported in its line).
 std::string library_versions();
 
 // A device int64 watched from the host without waiting: post() queues an async copy into
