@@ -1,36 +1,52 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # the section functions are called through "$s" (indirectly)
+# shellcheck disable=SC2317  # the section functions are called through "section_$name" (indirectly)
 # bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. The first call checks
 # what matters most first, in this order, each section with a time cap (seconds):
 #
-#   env          nvcc, cuDNN/cuBLASLt (toolkit or pip nvidia-*), Catch2/stb (.gpu_deps)      -
-#   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here              120
-#   build        only what the GPU sections run (engine_cuda_tests, trainer, benchmarks)     240
-#   versions     CUDA runtime/driver, cuBLASLt, cuDNN: loaded vs built with                   15
-#   cuda_tests   the [cuda] test binary with CUDA_LAUNCH_BLOCKING=1 (a fault names its      150
-#                launch), deterministic cuDNN algorithms
-#   sanitizer    compute-sanitizer memcheck on the small [cuda][sanitize] tests               60
-#   train        the default recipe (simplecnn, Adam, batch 256) in fp32 and fp16 for          120
-#                GPU_CHECK_EPOCHS (3) epochs on the CIFAR-10 copy: accuracy, images/s, memory
-#   pytorch      PyTorch eager AMP on the same data and recipe, and the comparison table       90
-#   bench        bench_kernels --quick (vs cuBLASLt/cuDNN, vs copy bandwidth) and bench_train  90
+#   env          the driver line first (a driver too old for the CUDA runtime: one verdict,      -
+#                nothing else runs); nvcc (a pip nvcc without libcudart.so / libcudart_static.a
+#                gets a link folder), cuDNN/cuBLASLt/NCCL (toolkit or pip nvidia-*), Catch2/stb
+#   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here                  60
+#   build        only what the GPU sections run (engine_cuda_tests, trainer, benchmarks)      180
+#   versions     trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built        15
+#                with, and the file of each library the loader mapped
+#   cuda_tests   the [cuda] test binary with CUDA_LAUNCH_BLOCKING=1 (a fault names its          120
+#                launch) and NCCL_DEBUG=WARN (a failed one-rank init says why), deterministic
+#   train        the default recipe (simplecnn, Adam, batch 256) in fp32 and fp16 for           90
+#                GPU_CHECK_EPOCHS (2) epochs on the CIFAR-10 copy: accuracy, images/s, memory
+#   pytorch      PyTorch eager AMP on the same data and recipe, and the comparison table         60
+#   bench        bench_kernels --quick (vs cuBLASLt/cuDNN, vs copy bandwidth) and bench_train    60
+#
+# The first call's budget is GPU_CHECK_BUDGET (330 s, build included), so that a second, fixed
+# call still fits in the 15 minutes of device time a session has, machine starts included.
+# Pass the device call a timeout_s of the budget + 30 s (the dry run prints it).
 #
 # Further sections run only when named in GPU_CHECK_ONLY (a second call; the build is
 # incremental if the build folder is still there):
-#   cpu_tests    the whole CPU CTest suite (CI runs it already)                              240
-#   compile      PyTorch torch.compile AMP (the first compile alone takes minutes)           300
-#   resnet       resnet9, ours fp32/fp16 vs PyTorch eager AMP, 4 epochs                      300
-#   racecheck    compute-sanitizer racecheck on our shared-memory [sanitize] kernels          120
+#   sanitizer    compute-sanitizer memcheck on the small [cuda][sanitize] tests                120
+#   cpu_tests    the whole CPU CTest suite (CI runs it already)                                240
+#   compile      PyTorch torch.compile AMP (the first compile alone takes minutes)             300
+#   resnet       resnet9, ours fp32/fp16 vs PyTorch eager AMP, 4 epochs                        300
+#   racecheck    compute-sanitizer racecheck on our shared-memory [sanitize] kernels            120
 #   numerics     trainer --device cuda with --inspect-numerics, --detect-anomaly[=strict] and     60
 #                --fp32-layers fc1: the range kernel, anomaly reads and FP32 regions in the trainer
 #   export       train 1 epoch, export safetensors, predict --device cuda over the test set     150
 #                (= the trainer's GPU accuracy), PyTorch (CUDA) on the exported file with the
 #                per-image agreement, tests/export_predict.sh with PyTorch as its reference
 #
-# Budget: GPU_CHECK_BUDGET seconds in all (default 460, build included). A section gets its cap
-# or what is left of the budget, whichever is less. One that cannot start in time, or that is
-# cut short by the budget, is reported "not-run" (not a failure of the engine); one that runs
-# past its full cap is FAILED (a hang). Exit status 0 only when no section failed.
+# A section gets its cap or what is left of the budget, whichever is less. One that cannot start
+# in time, or that is cut short by the budget, is reported "not-run" (not a failure of the
+# engine); one that runs past its full cap is FAILED (a hang). Exit status 0 only when no
+# section failed.
+#
+# What comes back ($OUT, when set): written after every section and every 30 s while one runs,
+# so a call cut short by its time limit still brings back everything up to that moment. At most
+# 8 plain files, at the top of $OUT, each under 16 MiB (the device tool's limits):
+#   summary.md         the commit, the summary table so far (a section in flight says so), the
+#                      comparison tables
+#   console.log        everything this script printed (its last 15 MiB)
+#   logs.tar.gz        every log and JSON file of the run, each cut to its last 4 MiB
+#   fail_<name>.log    the logs of up to 4 failed sections, each cut to its last 2 MiB
 #
 #   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout
 #   bash bench/gpu_check.sh --dry-run   anywhere: walks the sections and prints the plan, runs nothing
@@ -39,12 +55,13 @@
 #                                       image lacks (Catch2 v2, stb_image) and the CIFAR-10
 #                                       archive into .gpu_deps/, which is git-ignored: name it
 #                                       in the device call's `carry`
+#   source bench/gpu_check.sh           defines the functions and runs nothing (tests/gpu_check_selftest.sh)
 #
 # Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET,
-# GPU_CHECK_ONLY (e.g. "compile resnet": only those sections after env, configure and build),
-# GPU_CHECK_EPOCHS (train/pytorch epochs, default 3), GPU_CHECK_PRECISIONS (default "fp32
+# GPU_CHECK_ONLY (e.g. "sanitizer resnet": only those sections after env, configure and build),
+# GPU_CHECK_EPOCHS (train/pytorch epochs, default 2), GPU_CHECK_PRECISIONS (default "fp32
 # fp16"), GPU_CHECK_COMMIT (the commit to report when the copy there has no .git), CUDNN_ROOT
-# (skip the search), OUT (a folder whose files come back from the GPU machine: the logs go there).
+# (skip the search), OUT (a folder whose files come back from the GPU machine).
 #
 # The GPU image has nvcc, CMake, ninja and PyTorch; cuDNN and cuBLAS may live only in
 # PyTorch's nvidia-* pip packages, found here through python3 and handed to CMake as hints.
@@ -54,26 +71,30 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${GPU_CHECK_BUILD:-$ROOT/build-gpu}"
 DEPS="$ROOT/.gpu_deps"
-BUDGET="${GPU_CHECK_BUDGET:-460}"
-EPOCHS="${GPU_CHECK_EPOCHS:-3}"
+BUDGET="${GPU_CHECK_BUDGET:-330}"
+TIMEOUT_MARGIN=30   # the device call's timeout_s is BUDGET + this: room for the last publish
+EPOCHS="${GPU_CHECK_EPOCHS:-2}"
 PRECISIONS="${GPU_CHECK_PRECISIONS:-fp32 fp16}"
+PUBLISH_EVERY="${GPU_CHECK_PUBLISH_EVERY:-30}"
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 LOGDIR="$BUILD/gpu_check_logs"
+ROWS="$LOGDIR/summary.rows"        # "name|verdict|detail", one per finished section
+CURRENT="$LOGDIR/current.section"  # "name|start second" of the section in flight
 
 # name|cap seconds|what it runs (the plan --dry-run prints)
 DEFAULT_SECTIONS=(
-  "env|0|find nvcc, cuDNN, cuBLASLt, Catch2 and stb_image"
-  "configure|120|cmake -DENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
-  "build|240|cmake --build: engine_cuda_tests trainer bench_kernels bench_train"
-  "versions|15|trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built"
-  "cuda_tests|150|CUDA_LAUNCH_BLOCKING=1 engine_cuda_tests (deterministic cuDNN)"
-  "sanitizer|60|compute-sanitizer --tool memcheck engine_cuda_tests [sanitize]"
-  "train|120|trainer --device cuda --precision {$PRECISIONS} --epochs $EPOCHS"
-  "pytorch|90|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py"
-  "bench|90|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
+  "env|0|nvidia-smi's driver line and verdict; nvcc (cudart link folder if needed), cuDNN, cuBLASLt, NCCL, Catch2, stb_image"
+  "configure|60|cmake -DENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+  "build|180|cmake --build: engine_cuda_tests trainer predict bench_kernels bench_train"
+  "versions|15|trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built, files loaded"
+  "cuda_tests|120|CUDA_LAUNCH_BLOCKING=1 NCCL_DEBUG=WARN engine_cuda_tests (deterministic cuDNN)"
+  "train|90|trainer --device cuda --precision {$PRECISIONS} --epochs $EPOCHS"
+  "pytorch|60|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py"
+  "bench|60|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
 )
 EXTRA_SECTIONS=(
+  "sanitizer|120|compute-sanitizer --tool memcheck engine_cuda_tests [sanitize]"
   "cpu_tests|240|ctest: the whole CPU suite (builds engine_tests first)"
   "compile|300|pytorch_reference.py --compile AMP, $EPOCHS epochs, then compare.py"
   "resnet|300|resnet9 4 epochs: trainer fp32/fp16 and PyTorch eager AMP"
@@ -82,74 +103,14 @@ EXTRA_SECTIONS=(
   "export|150|trainer 1 epoch + --export; predict --device cuda; pytorch_eval.py; export_predict.sh"
 )
 
-# ---- --prepare (development machine) ---------------------------------------------------------
-if [ "${1:-}" = "--prepare" ]; then
-  mkdir -p "$DEPS/include/catch2" "$DEPS/include/stb"
-  ok=1
-  for pair in "/usr/include/catch2/catch.hpp:$DEPS/include/catch2/catch.hpp" \
-              "/usr/include/stb/stb_image.h:$DEPS/include/stb/stb_image.h"; do
-    src="${pair%%:*}" dst="${pair#*:}"
-    if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
-    else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
-  done
-  # The CIFAR-10 archive for the training section (about 20 MB).
-  archive="$ROOT/../shared/data/cifar10-jpeg.tar.gz"
-  if [ -f "$archive" ]; then cp "$archive" "$DEPS/" && echo "copied $archive -> .gpu_deps/"
-  else echo "note: no $archive; the training section will use synthetic data"; fi
-  [ "$ok" = 1 ] || exit 1
-  du -sh "$DEPS"
-  echo "now call the device with carry [\".gpu_deps\"] (it is git-ignored, so it travels only when named)"
-  exit 0
-fi
-
-# ---- the plan ------------------------------------------------------------------------------------
-PLAN=("${DEFAULT_SECTIONS[@]}")
-if [ -n "${GPU_CHECK_ONLY:-}" ]; then
-  PLAN=()
-  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
-    name="${row%%|*}"
-    case " env configure build versions ${GPU_CHECK_ONLY} " in *" $name "*) PLAN+=("$row") ;; esac
-  done
-  # Section names that exist nowhere are a typo: say so rather than run less than asked.
-  for want in $GPU_CHECK_ONLY; do
-    found=0
-    for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do [ "${row%%|*}" = "$want" ] && found=1; done
-    if [ "$found" = 0 ]; then echo "gpu_check: unknown section '$want' in GPU_CHECK_ONLY" >&2; exit 2; fi
-  done
-fi
-
-deps_line() {
-  if [ -d "$DEPS" ]; then
-    echo ".gpu_deps: present ($(ls "$DEPS" | tr '\n' ' '))"
-  else
-    echo ".gpu_deps: ABSENT - run 'bash bench/gpu_check.sh --prepare' here and name .gpu_deps in the call's carry (it is git-ignored); without it the build needs Catch2/stb_image installed and training uses synthetic data"
-  fi
-}
-
-if [ "${1:-}" = "--dry-run" ]; then
-  echo "gpu_check plan (dry run: nothing is run), budget ${BUDGET} s, build dir ${BUILD#"$ROOT"/}"
-  deps_line
-  total=0
-  for row in "${PLAN[@]}"; do
-    IFS='|' read -r name cap what <<< "$row"
-    total=$((total + cap))
-    printf '  %-11s cap %4s s  %s\n' "$name" "$cap" "$what"
-  done
-  echo "caps add up to ${total} s; sections that no longer fit in ${BUDGET} s are reported not-run"
-  echo "later calls: GPU_CHECK_ONLY=\"$(for r in "${EXTRA_SECTIONS[@]}"; do printf '%s ' "${r%%|*}"; done | sed 's/ $//')\" (any subset)"
-  exit 0
-fi
-[ -n "${1:-}" ] && { echo "gpu_check: unknown argument '$1' (use --prepare, --dry-run or nothing)" >&2; exit 2; }
-
 # ---- helpers ---------------------------------------------------------------------------------
-SUMMARY=()   # "name|verdict|detail" rows
-FAILED=0
 say() { printf '\n== [%4d s] %s\n' "$(( $(date +%s) - START ))" "$*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 record() {  # record NAME VERDICT DETAIL; verdicts other than ok / skipped / not-run fail the run
-  SUMMARY+=("$1|$2|$3")
-  case "$2" in ok|skipped|not-run) ;; *) FAILED=1 ;; esac
+  printf '%s|%s|%s\n' "$1" "$2" "${3//$'\n'/ }" >> "$ROWS"
 }
+recorded() { [ -f "$ROWS" ] && cut -d'|' -f1 "$ROWS" | grep -qx "$1"; }
+any_failed() { [ -f "$ROWS" ] && cut -d'|' -f2 "$ROWS" | grep -qvxE 'ok|skipped|not-run'; }
 # run_capped CAP cmd...: runs cmd for at most CAP seconds, or what is left of the budget when
 # that is less (then SHORTENED=1). Returns 125 without running when under 10 s are left, and
 # timeout's 124 when the command ran out of time.
@@ -178,7 +139,168 @@ cap_of() {  # the cap of section $1 from the plan
   done
   echo 60
 }
-mkdir -p "$LOGDIR"
+
+# ---- what comes back: $OUT, at most 8 files ----------------------------------------------------
+MiB=$((1024 * 1024))
+MAX_FAIL_LOGS=4   # summary + console + logs.tar.gz + 4 = 7, and one .part while copying
+
+logs_of() {  # the logs a section writes, for its fail_<name>.log
+  local d="$LOGDIR"
+  case "$1" in
+    configure|build|versions|cuda_tests) echo "$d/$1.log" ;;
+    sanitizer) echo "$d/sanitizer_memcheck.log" ;;
+    racecheck) echo "$d/sanitizer_racecheck.log" ;;
+    train) echo "$d"/train_*.log ;;
+    pytorch) echo "$d/pytorch_eager.log" ;;
+    compile) echo "$d/pytorch_compile.log" ;;
+    bench) echo "$d/bench_kernels.log $d/bench_train.log" ;;
+    cpu_tests) echo "$d/build_all.log $d/ctest_cpu.log" ;;
+    resnet) echo "$d"/resnet9_*.log "$d/pytorch_resnet9.log" ;;
+    numerics) echo "$d"/numerics/*.log ;;
+    export) echo "$d"/export/*.log ;;
+    *) echo "$d/console.log" ;;
+  esac
+}
+
+write_summary() {
+  echo "# gpu_check: commit $COMMIT"
+  echo
+  printf '| %-10s | %-8s | %s |\n' section verdict detail
+  printf '|%s|%s|%s|\n' "------------" "----------" "--------"
+  printf '| %-10s | %-8s | %s |\n' commit "" "$COMMIT"
+  local name verdict detail
+  if [ -f "$ROWS" ]; then
+    while IFS='|' read -r name verdict detail; do
+      printf '| %-10s | %-8s | %s |\n' "$name" "$verdict" "$detail"
+    done < "$ROWS"
+  fi
+  if [ -s "$CURRENT" ]; then
+    IFS='|' read -r name detail < "$CURRENT"
+    printf '| %-10s | %-8s | %s |\n' "$name" running \
+      "started at $((detail - START)) s; still running when this was written (if this is the last copy, the call was cut short here)"
+  fi
+  printf '| %-10s | %-8s | %s s of %s s |\n' "wall time" "" "$(( $(date +%s) - START ))" "$BUDGET"
+  local f
+  for f in compare_eager.md compare_compile.md compare_resnet9.md; do
+    if [ -s "$LOGDIR/$f" ]; then printf '\n## %s\n\n' "$f"; cat "$LOGDIR/$f"; fi
+  done
+}
+
+# Builds the files in a staging folder, then copies them into $OUT one at a time (as NAME.part,
+# renamed when complete), so $OUT never holds a half-written file under its real name.
+publish_now() {
+  local stage="$LOGDIR/.publish.$BASHPID" f name
+  rm -rf "$stage"; mkdir -p "$stage/logs"
+  write_summary > "$stage/summary.md"
+  [ -f "$LOGDIR/console.log" ] && tail -c $((15 * MiB)) "$LOGDIR/console.log" > "$stage/console.log"
+  local cut
+  for cut in 4 1; do  # every log cut to its last 4 MiB; if the archive is still too big, 1 MiB
+    rm -rf "$stage/logs"; mkdir -p "$stage/logs"
+    ( cd "$LOGDIR" && find . -path './.publish.*' -prune -o -type f ! -name '.*' -print ) | while IFS= read -r f; do
+      mkdir -p "$stage/logs/$(dirname "$f")"
+      tail -c $((cut * MiB)) "$LOGDIR/$f" > "$stage/logs/$f"
+    done
+    tar -czf "$stage/logs.tar.gz" -C "$stage" logs 2>/dev/null
+    [ "$(stat -c %s "$stage/logs.tar.gz")" -lt $((15 * MiB)) ] && break
+    rm -f "$stage/logs.tar.gz"
+  done
+  rm -rf "$stage/logs"
+  local n=0 verdict detail
+  if [ -f "$ROWS" ]; then
+    while IFS='|' read -r name verdict detail; do
+      case "$verdict" in ok|skipped|not-run) continue ;; esac
+      [ "$name" = env ] && continue  # its whole output is console.log
+      [ "$n" -ge "$MAX_FAIL_LOGS" ] && break
+      for f in $(logs_of "$name"); do
+        [ -f "$f" ] && { echo "==== ${f#"$LOGDIR"/}"; cat "$f"; }
+      done | tail -c $((2 * MiB)) > "$stage/fail_$name.log"
+      n=$((n + 1))
+    done < "$ROWS"
+  fi
+  for f in "$stage"/*; do
+    name=$(basename "$f")
+    cp "$f" "$OUT/$name.part" && mv -f "$OUT/$name.part" "$OUT/$name"
+  done
+  rm -rf "$stage"
+}
+publish() {  # one publisher at a time (the section loop and the 30 s ticker)
+  [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
+  if command -v flock > /dev/null 2>&1; then
+    ( flock 9; publish_now ) 9> "$LOGDIR/.publish.lock"
+  else
+    publish_now
+  fi
+}
+
+# ---- driver, runtime libraries -------------------------------------------------------------------
+
+# driver_verdict DRIVER_VERSION DRIVER_CUDA NVCC_RELEASE: nothing when the driver can run what this
+# nvcc builds, else one verdict line. DRIVER_CUDA is nvidia-smi's "CUDA Version" (the newest
+# runtime the driver supports; a 13.x runtime needs a 13.x driver, i.e. 580 or later).
+driver_verdict() {
+  local drv="$1" drv_cuda="$2" rel="$3" need=""
+  local major="${rel%%.*}"
+  case "$major" in 13) need=580 ;; 12) need=525 ;; 11) need=450 ;; esac
+  if [ -z "$drv" ]; then
+    echo "no NVIDIA driver answered (nvidia-smi: ${drv_cuda:-not found}): nothing on the GPU can run"
+  elif [ -n "$drv_cuda" ] && [ "${drv_cuda%%.*}" -lt "$major" ] 2>/dev/null; then
+    echo "driver $drv supports CUDA up to $drv_cuda, older than this nvcc's CUDA $rel (needs driver >= ${need:-?}): nothing built here can run"
+  elif [ -n "$need" ] && [ "${drv%%.*}" -lt "$need" ] 2>/dev/null; then
+    echo "driver $drv is older than CUDA $rel needs (>= $need): nothing built here can run"
+  fi
+}
+
+# cudart_link_fix NVCC LINKDIR [MORE_LIB_DIRS...]: a pip-installed nvcc may come without the
+# unversioned libcudart.so (needed by -lcudart and CMake's CUDAToolkit) and without
+# libcudart_static.a (nvcc's default link, so CMake's compiler check fails before anything
+# runs). Where they are missing, LINKDIR gets unversioned symlinks to the versioned files
+# (libcudart, and libcublasLt/libcublas beside it) and CUDA_FIX_CMAKE / CUDA_FIX_FLAGS /
+# CUDA_FIX_LDFLAGS say how CMake uses them. Returns 1 when there is no libcudart at all.
+CUDA_FIX_CMAKE=() CUDA_FIX_FLAGS="" CUDA_FIX_LDFLAGS=""
+cudart_link_fix() {
+  local nvcc="$1" linkdir="$2"; shift 2
+  local top d f have_so=0 have_static=0 versioned=""
+  top="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)"
+  local dirs=("$top/lib64" "$top/lib" "$top"/targets/*/lib "$@")
+  for d in "${dirs[@]}"; do
+    [ -d "$d" ] || continue
+    [ -e "$d/libcudart.so" ] && have_so=1
+    [ -e "$d/libcudart_static.a" ] && have_static=1
+    if [ -z "$versioned" ]; then
+      for f in "$d"/libcudart.so.[0-9]*; do [ -e "$f" ] && { versioned="$f"; break; }; done
+    fi
+  done
+  CUDA_FIX_CMAKE=() CUDA_FIX_FLAGS="" CUDA_FIX_LDFLAGS=""
+  if [ "$have_so" = 1 ] && [ "$have_static" = 1 ]; then echo "cudart: toolkit (shared and static)"; return 0; fi
+  if [ "$have_so" = 0 ] && [ -z "$versioned" ]; then echo "cudart: no libcudart.so* next to $nvcc"; return 1; fi
+  if [ "$have_so" = 0 ]; then
+    mkdir -p "$linkdir"
+    ln -sf "$(readlink -f "$versioned")" "$linkdir/libcudart.so"
+    for f in "$(dirname "$versioned")"/libcublasLt.so.[0-9]* "$(dirname "$versioned")"/libcublas.so.[0-9]*; do
+      [ -e "$f" ] || continue
+      local base; base="$(basename "$f")"; base="${base%%.so.*}.so"
+      [ -e "$(dirname "$versioned")/$base" ] || ln -sf "$(readlink -f "$f")" "$linkdir/$base"
+    done
+    # CUDAToolkit takes its library folder from CUDA_CUDART, so it finds cuBLASLt there too.
+    CUDA_FIX_CMAKE+=("-DCUDA_CUDART=$linkdir/libcudart.so")
+    CUDA_FIX_FLAGS="-L$linkdir" CUDA_FIX_LDFLAGS="-L$linkdir"
+  fi
+  # Without the static library nvcc's own links (CMake's compiler check) must take the shared one.
+  [ "$have_static" = 0 ] && CUDA_FIX_FLAGS="${CUDA_FIX_FLAGS:+$CUDA_FIX_FLAGS }-cudart shared"
+  echo "cudart: $versioned; link folder $linkdir (unversioned libcudart.so: $([ "$have_so" = 1 ] && echo yes || echo made)," \
+       "libcudart_static.a: $([ "$have_static" = 1 ] && echo yes || echo "no, linking shared"))"
+}
+
+# runtime_library_dirs CMAKE_CACHE: the folders of the CUDA libraries CMake linked (cudart,
+# cuBLASLt, cuDNN, NCCL), real paths, one per line: what LD_LIBRARY_PATH must hold so the loader
+# maps those same files (cuDNN opens its sub-libraries by name from its own folder).
+runtime_library_dirs() {
+  local var v
+  for var in CUDA_CUDART CUDA_cudart_LIBRARY CUDA_cublasLt_LIBRARY CUDA_cublas_LIBRARY CUDNN_LIBRARY NCCL_LIBRARY; do
+    v=$(sed -nE "s/^$var:[A-Z]+=(.*)$/\1/p" "$1" | head -1)
+    [ -n "$v" ] && [ -e "$v" ] && dirname "$(readlink -f "$v")"
+  done | awk '!seen[$0]++'
+}
 
 # ---- sections --------------------------------------------------------------------------------
 CMAKE_HINTS=()
@@ -186,13 +308,22 @@ EXTRA_INC=()
 
 section_env() {
   say "environment"
-  local gpu
-  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  # The driver first: with one too old for the runtime nothing else can pass.
+  local smi drv drv_cuda gpu verdict
+  smi=$(nvidia-smi 2>&1 || true)
+  echo "driver: $(grep -m1 'Driver Version' <<< "$smi" | sed -E 's/^[ |]*//; s/[ |]*$//' || true)"
+  drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  drv_cuda=$(sed -nE 's/.*CUDA Version: *([0-9.]+).*/\1/p' <<< "$smi" | head -1)
+  gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
   echo "GPU:   ${gpu:-none visible to nvidia-smi}"
+  deps_line
   NVCC="$(command -v nvcc || true)"
   [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
   if [ -z "$NVCC" ]; then record env FAILED "no nvcc"; return 1; fi
-  echo "nvcc:  $NVCC ($("$NVCC" --version | grep -o 'release [0-9.]*' || true))"
+  local release; release=$("$NVCC" --version | sed -nE 's/.*release ([0-9]+\.[0-9]+).*/\1/p' | head -1)
+  echo "nvcc:  $NVCC (release ${release:-?})"
+  verdict=$(driver_verdict "$drv" "${drv_cuda:-$(head -1 <<< "$smi")}" "${release:-0}")
+  if [ -n "$verdict" ]; then echo "VERDICT: $verdict"; record env FAILED "$verdict"; return 1; fi
   echo "cmake: $(cmake --version | head -1), ninja $(ninja --version 2>/dev/null || echo missing), $(nproc) cores"
   CUDA_HOME_GUESS="$(cd "$(dirname "$NVCC")/.." && pwd)"
   CMAKE_HINTS+=("-DCMAKE_CUDA_COMPILER=$NVCC")
@@ -220,11 +351,12 @@ for r in roots:
             elif f.startswith("libcublasLt.so"): found.setdefault("cublaslt_lib", os.path.join(dp, f))
             elif f == "nccl.h": found.setdefault("nccl_inc", dp)
             elif f.startswith("libnccl.so"): found.setdefault("nccl_lib", os.path.join(dp, f))
+            elif f.startswith("libcudart.so"): found.setdefault("cudart_lib", dp)
 for k, v in found.items():
     print(f"{k}={v}")
 PY
 )
-  local cudnn_inc="" cudnn_lib="" cublaslt_inc="" cublaslt_lib="" nccl_inc="" nccl_lib="" line
+  local cudnn_inc="" cudnn_lib="" cublaslt_inc="" cublaslt_lib="" nccl_inc="" nccl_lib="" cudart_lib="" line
   while IFS= read -r line; do
     case "$line" in
       cudnn_inc=*) cudnn_inc="${line#*=}" ;;
@@ -233,6 +365,7 @@ PY
       cublaslt_lib=*) cublaslt_lib="${line#*=}" ;;
       nccl_inc=*) nccl_inc="${line#*=}" ;;
       nccl_lib=*) nccl_lib="${line#*=}" ;;
+      cudart_lib=*) cudart_lib="${line#*=}" ;;
     esac
   done <<< "$py_out"
 
@@ -268,12 +401,13 @@ PY
   else
     echo "NCCL: not found (the data-parallel GPU tests will not be built)"
   fi
-  # Run time: the pip libraries are not on the loader's path (and libcudnn loads its
-  # sub-libraries by name).
-  local d
-  for d in "$cudnn_lib" "$(dirname "${cublaslt_lib:-/nonexistent/x}")" "$(dirname "${nccl_lib:-/nonexistent/x}")"; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  done
+  # A pip nvcc without libcudart.so / libcudart_static.a: a link folder and shared cudart.
+  local more=(); [ -n "$cudart_lib" ] && more+=("$cudart_lib")
+  if ! cudart_link_fix "$NVCC" "$BUILD/_cudart_link" "${more[@]+"${more[@]}"}"; then
+    record env FAILED "no libcudart next to $NVCC or in the nvidia-* pip packages"; return 1
+  fi
+  CMAKE_HINTS+=("${CUDA_FIX_CMAKE[@]+"${CUDA_FIX_CMAKE[@]}"}")
+  # Run time: LD_LIBRARY_PATH gets the folders of the libraries CMake linked, after configure.
 
   # Header-only test/build dependencies: the system's, else the copies --prepare made.
   if [ ! -f /usr/include/catch2/catch.hpp ] && ! cmake --find-package -DNAME=Catch2 -DCOMPILER_ID=GNU \
@@ -291,9 +425,8 @@ PY
     if [ -f "$DEPS/include/stb/stb_image.h" ]; then EXTRA_INC+=("$DEPS/include"); echo "stb_image: .gpu_deps"
     else record env FAILED "no stb_image.h (run bash bench/gpu_check.sh --prepare on the dev machine)"; return 1; fi
   fi
-  record env ok "${gpu:-no GPU name}"
+  record env ok "${gpu:-no GPU name}, driver ${drv:-?} (CUDA ${drv_cuda:-?}), nvcc ${release:-?}"
 }
-
 # A minimal Catch2 package for find_package(Catch2 2) + include(Catch): an interface target
 # on the copied header, and catch_discover_tests registering the whole binary as one test.
 write_catch2_shim() {
@@ -321,15 +454,20 @@ EOF
 
 section_configure() {
   say "configure ($BUILD)"
-  local flags=""
-  local inc
+  local flags="" inc
   for inc in "${EXTRA_INC[@]+"${EXTRA_INC[@]}"}"; do flags="$flags -isystem $inc"; done
+  local cuda_flags="$flags${CUDA_FIX_FLAGS:+ $CUDA_FIX_FLAGS}" link_args=()
+  [ -n "$CUDA_FIX_LDFLAGS" ] && link_args=("-DCMAKE_EXE_LINKER_FLAGS=$CUDA_FIX_LDFLAGS" "-DCMAKE_SHARED_LINKER_FLAGS=$CUDA_FIX_LDFLAGS")
   local t0; t0=$(date +%s)
-  if run_capped 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 "${CMAKE_HINTS[@]+"${CMAKE_HINTS[@]}"}" \
-        ${flags:+"-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_CUDA_FLAGS=$flags"} > "$LOGDIR/configure.log" 2>&1; then
-    grep -E "cuDNN|CUDA backend|CIFAR" "$LOGDIR/configure.log" || true
-    record configure ok "$(( $(date +%s) - t0 )) s"
+  if run_capped "$(cap_of configure)" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 "${CMAKE_HINTS[@]+"${CMAKE_HINTS[@]}"}" "${link_args[@]+"${link_args[@]}"}" \
+        ${flags:+"-DCMAKE_CXX_FLAGS=$flags"} ${cuda_flags:+"-DCMAKE_CUDA_FLAGS=$cuda_flags"} > "$LOGDIR/configure.log" 2>&1; then
+    grep -E "cuDNN|CUDA backend|CIFAR|NCCL" "$LOGDIR/configure.log" || true
+    # Run what was built: the loader gets the folders of the very libraries CMake linked.
+    local dirs; dirs=$(runtime_library_dirs "$BUILD/CMakeCache.txt" | paste -sd: -)
+    [ -n "$dirs" ] && export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    record configure ok "$(( $(date +%s) - t0 )) s; libraries from ${dirs:-the default loader path}"
   else
     tail -40 "$LOGDIR/configure.log"
     record configure FAILED "see configure.log"; return 1
@@ -360,7 +498,7 @@ section_versions() {
   local rc=0
   run_capped "$(cap_of versions)" "$BUILD/trainer" --version > "$LOGDIR/versions.log" 2>&1 || rc=$?
   cat "$LOGDIR/versions.log"
-  LIBRARY_VERSIONS=$(grep -E "^(CUDA runtime|cuBLASLt|cuDNN)" "$LOGDIR/versions.log" | sed 's/  */ /g' | paste -sd ';' -)
+  LIBRARY_VERSIONS=$(grep -E "^(CUDA runtime|cuBLASLt|cuDNN|loaded file)" "$LOGDIR/versions.log" | sed 's/  */ /g' | paste -sd ';' -)
   if [ "$rc" = 0 ] && ! grep -q "MISMATCH" "$LOGDIR/versions.log"; then record versions ok "$LIBRARY_VERSIONS"
   else record versions "$(verdict_for "$rc")" "rc $rc: ${LIBRARY_VERSIONS:-see versions.log}"; fi
 }
@@ -384,9 +522,10 @@ PY
 
 TEST_COUNTS=""
 section_cuda_tests() {
-  say "the [cuda] tests (CUDA_LAUNCH_BLOCKING=1)"
+  say "the [cuda] tests (CUDA_LAUNCH_BLOCKING=1, NCCL_DEBUG=WARN)"
   local t0 rc=0; t0=$(date +%s)
-  CUDA_LAUNCH_BLOCKING=1 run_capped "$(cap_of cuda_tests)" "$BUILD/engine_cuda_tests" --durations yes \
+  # NCCL_DEBUG=WARN: a one-rank communicator that cannot start in this sandbox says why.
+  CUDA_LAUNCH_BLOCKING=1 NCCL_DEBUG=WARN run_capped "$(cap_of cuda_tests)" "$BUILD/engine_cuda_tests" --durations yes \
       > "$LOGDIR/cuda_tests.log" 2>&1 || rc=$?
   # Failures in full (Catch2 prints them between rules), then the totals.
   grep -v -E "^[0-9.]+ s: " "$LOGDIR/cuda_tests.log" | tail -150
@@ -648,46 +787,131 @@ PY
   else record export FAILED "$detail"; fi
 }
 
-# ---- run the plan ------------------------------------------------------------------------------
-deps_line
-for row in "${PLAN[@]}"; do
-  name="${row%%|*}"
-  if [ "$(left)" -lt 10 ]; then record "$name" not-run "out of the ${BUDGET} s budget"; continue; fi
-  if ! "section_$name"; then
-    # A section the others depend on stops them; they are reported not-run.
-    case "$name" in
-      env|configure|build)
-        for later in "${PLAN[@]}"; do
-          n="${later%%|*}"
-          printf '%s\n' "${SUMMARY[@]}" | grep -q "^$n|" || record "$n" not-run "needs $name"
-        done
-        break ;;
-    esac
-  fi
-done
 
-# ---- logs back and the summary ---------------------------------------------------------------
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  for f in "$LOGDIR"/*; do
-    [ -f "$f" ] && tail -c 4000000 "$f" > "$OUT/$(basename "$f")"
+# ---- the plan, --prepare, --dry-run and the run ----------------------------------------------------
+deps_line() {
+  if [ -d "$DEPS" ]; then
+    echo ".gpu_deps: present ($(ls "$DEPS" | tr '\n' ' '))"
+  else
+    echo ".gpu_deps: ABSENT - run 'bash bench/gpu_check.sh --prepare' here and name .gpu_deps in the call's carry (it is git-ignored); without it the build needs Catch2/stb_image installed and training uses synthetic data"
+  fi
+}
+
+PLAN=()
+make_plan() {  # PLAN = the default sections, or env/configure/build/versions + GPU_CHECK_ONLY's
+  PLAN=("${DEFAULT_SECTIONS[@]}")
+  [ -n "${GPU_CHECK_ONLY:-}" ] || return 0
+  PLAN=()
+  local row name want found
+  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
+    name="${row%%|*}"
+    case " env configure build versions ${GPU_CHECK_ONLY} " in *" $name "*) PLAN+=("$row") ;; esac
   done
-fi
-commit="${GPU_CHECK_COMMIT:-}"
-if [ -z "$commit" ]; then
-  commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git; set GPU_CHECK_COMMIT)")
-  if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
-fi
-# The comparison tables (ours vs PyTorch, and each precision vs its own FP32), then the summary.
-for f in compare_eager.md compare_compile.md compare_resnet9.md; do
-  if [ -s "$LOGDIR/$f" ]; then say "comparison: $f"; cat "$LOGDIR/$f"; fi
-done
-say "gpu_check summary"
-printf '| %-10s | %-8s | %s |\n' section verdict detail
-printf '|%s|%s|%s|\n' "------------" "----------" "--------"
-printf '| %-10s | %-8s | %s |\n' commit "" "$commit"
-for row in "${SUMMARY[@]}"; do
-  IFS='|' read -r name verdict detail <<< "$row"
-  printf '| %-10s | %-8s | %s |\n' "$name" "$verdict" "$detail"
-done
-printf '| %-10s | %-8s | %s s of %s s |\n' "wall time" "" "$(( $(date +%s) - START ))" "$BUDGET"
-if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; exit 0; else echo "RESULT: FAIL"; exit 1; fi
+  # Section names that exist nowhere are a typo: say so rather than run less than asked.
+  for want in $GPU_CHECK_ONLY; do
+    found=0
+    for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do [ "${row%%|*}" = "$want" ] && found=1; done
+    if [ "$found" = 0 ]; then echo "gpu_check: unknown section '$want' in GPU_CHECK_ONLY" >&2; return 2; fi
+  done
+}
+
+dry_run() {
+  echo "gpu_check plan (dry run: nothing is run), budget ${BUDGET} s, build dir ${BUILD#"$ROOT"/}"
+  deps_line
+  local total=0 row name cap what
+  for row in "${PLAN[@]}"; do
+    IFS='|' read -r name cap what <<< "$row"
+    total=$((total + cap))
+    printf '  %-11s cap %4s s  %s\n' "$name" "$cap" "$what"
+  done
+  echo "caps add up to ${total} s; sections that no longer fit in ${BUDGET} s are reported not-run"
+  echo "device call: timeout_s $((BUDGET + TIMEOUT_MARGIN)) (the budget + ${TIMEOUT_MARGIN} s), carry [\".gpu_deps\"]"
+  echo "\$OUT gets summary.md, console.log, logs.tar.gz and fail_<section>.log for up to ${MAX_FAIL_LOGS} failed sections, after every section"
+  echo "later calls: GPU_CHECK_ONLY=\"$(for r in "${EXTRA_SECTIONS[@]}"; do printf '%s ' "${r%%|*}"; done | sed 's/ $//')\" (any subset)"
+}
+
+prepare() {
+  mkdir -p "$DEPS/include/catch2" "$DEPS/include/stb"
+  ok=1
+  for pair in "/usr/include/catch2/catch.hpp:$DEPS/include/catch2/catch.hpp" \
+              "/usr/include/stb/stb_image.h:$DEPS/include/stb/stb_image.h"; do
+    src="${pair%%:*}" dst="${pair#*:}"
+    if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
+    else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
+  done
+  # The CIFAR-10 archive for the training section (about 20 MB).
+  archive="$ROOT/../shared/data/cifar10-jpeg.tar.gz"
+  if [ -f "$archive" ]; then cp "$archive" "$DEPS/" && echo "copied $archive -> .gpu_deps/"
+  else echo "note: no $archive; the training section will use synthetic data"; fi
+  [ "$ok" = 1 ] || return 1
+  du -sh "$DEPS"
+  echo "now call the device with carry [\".gpu_deps\"] (it is git-ignored, so it travels only when named)"
+  return 0
+}
+
+# The sections of the plan in order, each timed, its verdict recorded and $OUT refreshed after
+# it; a ticker refreshes $OUT every PUBLISH_EVERY seconds while a section runs.
+gpu_check_main() {
+  mkdir -p "$LOGDIR"
+  rm -f "$ROWS" "$CURRENT" "$LOGDIR/console.log"
+  COMMIT="${GPU_CHECK_COMMIT:-}"
+  if [ -z "$COMMIT" ]; then
+    COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git; set GPU_CHECK_COMMIT)")
+    if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
+  fi
+  # tee ignores the signals that stop a call, so the script can still say what it was doing.
+  exec > >(trap '' TERM INT; exec tee -a "$LOGDIR/console.log") 2>&1
+  local ticker="" row name later
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+    ( while sleep "$PUBLISH_EVERY"; do publish; done ) &
+    ticker=$!
+  fi
+  # A signal (the device call's time limit): say which section it cut, publish, stop.
+  trap 'echo "gpu_check: stopped by a signal"
+        [ -s "$CURRENT" ] && record "$(cut -d"|" -f1 "$CURRENT")" not-run "cut short by a signal"; : > "$CURRENT"
+        [ -n "$ticker" ] && kill "$ticker" 2>/dev/null; publish; exit 143' TERM INT
+  for row in "${PLAN[@]}"; do
+    name="${row%%|*}"
+    if [ "$(left)" -lt 10 ]; then record "$name" not-run "out of the ${BUDGET} s budget"; continue; fi
+    echo "$name|$(date +%s)" > "$CURRENT"
+    publish
+    if ! "section_$name"; then
+      # A section the others depend on stops them; they are reported not-run.
+      case "$name" in
+        env|configure|build)
+          recorded "$name" || record "$name" FAILED "stopped without a verdict"
+          for later in "${PLAN[@]}"; do
+            recorded "${later%%|*}" || record "${later%%|*}" not-run "needs $name"
+          done
+          : > "$CURRENT"
+          break ;;
+      esac
+    fi
+    recorded "$name" || record "$name" FAILED "ended without a verdict"
+    : > "$CURRENT"
+    publish
+  done
+  : > "$CURRENT"
+  [ -n "$ticker" ] && kill "$ticker" 2>/dev/null
+  trap - TERM INT
+  # The comparison tables (ours vs PyTorch, and each precision vs its own FP32), then the summary.
+  local f
+  for f in compare_eager.md compare_compile.md compare_resnet9.md; do
+    if [ -s "$LOGDIR/$f" ]; then say "comparison: $f"; cat "$LOGDIR/$f"; fi
+  done
+  say "gpu_check summary"
+  write_summary | sed -n '3,$p' | sed '/^## compare/,$d'
+  if any_failed; then echo "RESULT: FAIL"; else echo "RESULT: PASS"; fi
+  publish
+  if any_failed; then return 1; fi
+  return 0
+}
+
+# Sourced (by the tests): functions only.
+if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then return 0; fi
+case "${1:-}" in
+  --prepare) prepare; exit $? ;;
+  --dry-run) make_plan || exit 2; dry_run; exit 0 ;;
+  "") make_plan || exit 2; gpu_check_main; exit $? ;;
+  *) echo "gpu_check: unknown argument '$1' (use --prepare, --dry-run or nothing)" >&2; exit 2 ;;
+esac

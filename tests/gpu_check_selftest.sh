@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh without a GPU: its plan (--dry-run), the driver verdict, the cudart link
+# folder for a pip nvcc, the library folders it exports, and what comes back from the device
+# call ($OUT): written after every section and by its ticker, at most 8 plain files under
+# 16 MiB, also when the run is stopped by a signal or killed outright in the middle of a section.
+# The sections themselves are replaced by stand-ins that write logs (some huge) and verdicts.
+#   tests/gpu_check_selftest.sh WORKDIR
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+work="${1:?usage: gpu_check_selftest.sh WORKDIR}"
+rm -rf "$work" && mkdir -p "$work"
+script="$root/bench/gpu_check.sh"
+fails=0
+pass() { echo "ok: $*"; }
+fail() { echo "FAILED: $*"; fails=$((fails + 1)); }
+check() { local what="$1"; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+
+# ---- the plan -------------------------------------------------------------------------------------
+plan=$(bash "$script" --dry-run)
+check "dry run prints the timeout_s to pass (budget 330 + 30)" grep -q "timeout_s 360" <<< "$plan"
+check "the first call's budget is 330 s" grep -q "budget 330 s" <<< "$plan"
+check "compute-sanitizer is not in the first call" bash -c '! grep -qE "^  sanitizer " <<< "$1"' _ "$plan"
+check "its order: env, configure, build, versions, cuda_tests, train, pytorch, bench" \
+  test "$(sed -nE 's/^  ([a-z_]+) +cap.*/\1/p' <<< "$plan" | paste -sd' ' -)" = \
+       "env configure build versions cuda_tests train pytorch bench"
+plan2=$(GPU_CHECK_ONLY="sanitizer" bash "$script" --dry-run)
+check "GPU_CHECK_ONLY=sanitizer adds it after the build" grep -qE "^  sanitizer +cap" <<< "$plan2"
+GPU_CHECK_ONLY="bogus" bash "$script" --dry-run > /dev/null 2>&1
+check "an unknown section is refused (exit 2)" test $? = 2
+
+# The functions, for the unit checks below (sourcing runs nothing).
+# shellcheck source=../bench/gpu_check.sh
+GPU_CHECK_BUILD="$work/build" source "$script"
+
+# ---- the driver verdict ------------------------------------------------------------------------------
+check "driver 580 with CUDA 13.0 runs nvcc 13.0" test -z "$(driver_verdict 580.159.03 13.0 13.0)"
+v=$(driver_verdict 535.104.05 12.2 13.0)
+check "driver 535 (CUDA 12.2) with nvcc 13.0: one verdict line" \
+  bash -c '[ "$(wc -l <<< "$1")" = 1 ] && grep -q "driver 535.104.05 supports CUDA up to 12.2" <<< "$1" && grep -q ">= 580" <<< "$1"' _ "$v"
+check "driver 575 without a CUDA version, nvcc 13.0: too old" grep -q "older than CUDA 13.0 needs (>= 580)" <<< "$(driver_verdict 575.51.02 "" 13.0)"
+check "no driver at all: a verdict" grep -q "no NVIDIA driver answered" <<< "$(driver_verdict "" "" 13.0)"
+
+# ---- cudart for a pip nvcc -----------------------------------------------------------------------------
+mk_toolkit() {  # mk_toolkit DIR FILE...: a fake toolkit with bin/nvcc and lib/FILEs
+  mkdir -p "$1/bin" "$1/lib"; : > "$1/bin/nvcc"; chmod +x "$1/bin/nvcc"
+  local f d="$1"; shift
+  for f in "$@"; do : > "$d/lib/$f"; done
+}
+mk_toolkit "$work/tk_full" libcudart.so.13 libcudart.so libcudart_static.a
+cudart_link_fix "$work/tk_full/bin/nvcc" "$work/link_full" > /dev/null
+check "a complete toolkit needs no link folder" bash -c '[ ! -e "$1" ] && [ -z "$2" ] && [ "$3" = 0 ]' _ \
+  "$work/link_full" "$CUDA_FIX_FLAGS" "${#CUDA_FIX_CMAKE[@]}"
+mk_toolkit "$work/tk_pip" libcudart.so.13 libcublasLt.so.13 libcublas.so.13
+cudart_link_fix "$work/tk_pip/bin/nvcc" "$work/link_pip" > /dev/null
+check "pip nvcc: libcudart.so in the link folder points at libcudart.so.13" \
+  test "$(readlink -f "$work/link_pip/libcudart.so")" = "$(readlink -f "$work/tk_pip/lib/libcudart.so.13")"
+check "pip nvcc: libcublasLt.so made beside it" test -L "$work/link_pip/libcublasLt.so"
+check "pip nvcc: CMake is told CUDA_CUDART" test "${CUDA_FIX_CMAKE[*]}" = "-DCUDA_CUDART=$work/link_pip/libcudart.so"
+check "pip nvcc: CUDA flags link the folder and the shared runtime" test "$CUDA_FIX_FLAGS" = "-L$work/link_pip -cudart shared"
+check "pip nvcc: host links see the folder" test "$CUDA_FIX_LDFLAGS" = "-L$work/link_pip"
+mk_toolkit "$work/tk_nostatic" libcudart.so.13 libcudart.so
+cudart_link_fix "$work/tk_nostatic/bin/nvcc" "$work/link_nostatic" > /dev/null
+check "unversioned but no static library: shared runtime only, no folder" \
+  bash -c '[ "$1" = "-cudart shared" ] && [ ! -e "$2" ]' _ "$CUDA_FIX_FLAGS" "$work/link_nostatic"
+mk_toolkit "$work/tk_split"
+mkdir -p "$work/pip_runtime" && : > "$work/pip_runtime/libcudart.so.13"
+cudart_link_fix "$work/tk_split/bin/nvcc" "$work/link_split" "$work/pip_runtime" > /dev/null
+check "cudart from a separate pip folder is found there" \
+  test "$(readlink -f "$work/link_split/libcudart.so")" = "$(readlink -f "$work/pip_runtime/libcudart.so.13")"
+mk_toolkit "$work/tk_none"
+cudart_link_fix "$work/tk_none/bin/nvcc" "$work/link_none" > /dev/null
+check "no libcudart anywhere: an error" test $? = 1
+
+# ---- LD_LIBRARY_PATH: the folders CMake linked, real paths, once each -----------------------------
+mkdir -p "$work/libs/cudnn" "$work/libs/cublas" "$work/libs/links"
+: > "$work/libs/cudnn/libcudnn.so.9"; : > "$work/libs/cublas/libcublasLt.so.13"; : > "$work/libs/cublas/libcublas.so.13"
+ln -sf "$work/libs/cublas/libcublasLt.so.13" "$work/libs/links/libcublasLt.so"
+cat > "$work/CMakeCache.txt" <<EOF
+CUDNN_LIBRARY:FILEPATH=$work/libs/cudnn/libcudnn.so.9
+CUDA_cublasLt_LIBRARY:FILEPATH=$work/libs/links/libcublasLt.so
+CUDA_cublas_LIBRARY:FILEPATH=$work/libs/cublas/libcublas.so.13
+NCCL_LIBRARY:FILEPATH=NCCL_LIBRARY-NOTFOUND
+CUDA_CUDART:FILEPATH=$work/libs/nonexistent/libcudart.so
+EOF
+check "the library folders CMake used, symlinks resolved, no duplicates" \
+  test "$(runtime_library_dirs "$work/CMakeCache.txt" | paste -sd: -)" = "$work/libs/cublas:$work/libs/cudnn"
+
+# ---- $OUT: a run with stand-in sections ------------------------------------------------------------
+# fake_run OUT SIGNAL: the default plan plus a section that hangs; sections write logs (some of
+# them 20-30 MiB of random bytes) and five of them fail. While the last one hangs, the whole
+# process group gets SIGNAL, as the device tool stops a call at its time limit.
+fake_run() {
+  local out="$1" sig="$2"
+  rm -rf "$out" "$work/build" && mkdir -p "$out"
+  setsid bash -c '
+    export GPU_CHECK_BUILD="$1/build" GPU_CHECK_PUBLISH_EVERY=1 GPU_CHECK_COMMIT=selftest OUT="$2"
+    source "$3"
+    big() { head -c "$2" /dev/urandom > "$1"; echo "END OF $(basename "$1")" >> "$1"; }
+    section_env() { echo "env: stand-in"; record env ok "stand-in"; }
+    section_configure() { echo configured > "$LOGDIR/configure.log"; record configure ok "stand-in"; }
+    section_build() { big "$LOGDIR/build.log" $((20 * 1024 * 1024)); record build ok "20 MiB of log"; }
+    section_versions() { echo "versions: stand-in" | tee "$LOGDIR/versions.log"; record versions FAILED "stand-in"; }
+    section_cuda_tests() { big "$LOGDIR/cuda_tests.log" $((30 * 1024 * 1024)); record cuda_tests FAILED "30 MiB of log"; }
+    section_train() { big "$LOGDIR/train_fp32.log" $((5 * 1024 * 1024)); big "$LOGDIR/train_fp16.log" $((5 * 1024 * 1024)); record train FAILED "stand-in"; }
+    section_pytorch() { big "$LOGDIR/pytorch_eager.log" $((5 * 1024 * 1024)); record pytorch FAILED "stand-in"; }
+    section_bench() { big "$LOGDIR/bench_kernels.log" $((5 * 1024 * 1024)); record bench FAILED "stand-in"; }
+    section_hang() { echo "hanging"; sleep 300; }
+    make_plan; PLAN+=("hang|300|sleeps")
+    gpu_check_main' _ "$work" "$out" "$script" > "$work/fake_run.log" 2>&1 &
+  local pid=$! t
+  # Once the hanging section has run for 3 s (the ticker copies every second), stop the group.
+  for ((t = 0; t < 120; ++t)); do grep -q hanging "$work/fake_run.log" 2>/dev/null && break; sleep 1; done
+  sleep 3
+  kill "-$sig" -- "-$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  sleep 1
+}
+
+check_out() {  # check_out OUT WHAT: the device tool's limits and what must be there
+  local out="$1" what="$2" n big_files odd
+  n=$(find "$out" -mindepth 1 | wc -l)
+  check "$what: at most 8 entries in \$OUT ($n)" test "$n" -le 8
+  check "$what: all plain files at the top" test "$(find "$out" -mindepth 1 ! -type f -o -mindepth 2 | wc -l)" = 0
+  big_files=$(find "$out" -type f -size +16M | wc -l)
+  check "$what: none over 16 MiB" test "$big_files" = 0
+  odd=$(find "$out" -type f | xargs -r -n1 basename | grep -cvE '^[A-Za-z0-9._-]+$')
+  check "$what: names of letters, digits, . _ - only" test "$odd" = 0
+  # A kill in the middle of a copy leaves one NAME.part beside the previous NAME.
+  check "$what: at most one half-copied .part file" test "$(find "$out" -name '*.part' | wc -l)" -le 1
+  check "$what: summary.md has every finished section" \
+    bash -c 'for s in env configure build versions cuda_tests train pytorch bench; do grep -qE "^\| $s +\|" "$1" || exit 1; done' _ "$out/summary.md"
+  check "$what: the failed sections' logs, four of five" test "$(find "$out" -name 'fail_*.log' | wc -l)" = 4
+  check "$what: fail_cuda_tests.log cut to 2 MiB, its end kept" \
+    bash -c '[ "$(stat -c %s "$1")" -le $((2 * 1024 * 1024)) ] && tail -1 "$1" | grep -q "END OF cuda_tests.log"' _ "$out/fail_cuda_tests.log"
+  check "$what: logs.tar.gz holds every log, each cut" \
+    bash -c 'tar -tzf "$1" | grep -qx "logs/build.log" && tar -tzf "$1" | grep -qx "logs/bench_kernels.log"' _ "$out/logs.tar.gz"
+  check "$what: console.log holds the output" grep -q "env: stand-in" "$out/console.log"
+}
+
+fake_run "$work/out_term" TERM
+check_out "$work/out_term" "stopped by SIGTERM"
+check "SIGTERM: the section in flight is reported cut short" grep -qE '^\| hang +\| not-run +\| cut short by a signal' "$work/out_term/summary.md"
+fake_run "$work/out_kill" KILL
+check_out "$work/out_kill" "killed by SIGKILL"
+check "SIGKILL: the ticker's last copy shows the section still running" grep -qE '^\| hang +\| running ' "$work/out_kill/summary.md"
+
+echo "gpu_check_selftest: $fails failed"
+[ "$fails" = 0 ]
