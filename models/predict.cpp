@@ -43,7 +43,7 @@ accuracy over those images is printed at the end.
                           [the file's own; else simplecnn]
   --precision P           fp32 | fp16 | bf16: the inference dtype            [fp32]
   --device D              auto | cpu | cuda | cuda:N                         [auto]
-  --top-k K               classes shown per image                            [3]
+  --top-k K               classes shown per image, 1 to the model's classes  [3]
   --resize                scale other sizes to 32x32 with bilinear filtering (half-pixel
                           centres, no antialiasing: shrinking by more than 2x aliases)
                           [off: images that are not 32x32 are refused]
@@ -221,7 +221,9 @@ int run(const Options& o) {
   const DType dtype = o.precision == "fp32" ? DType::F32 : o.precision == "fp16" ? DType::F16 : DType::BF16;
   const std::vector<std::string> files = collect_images(o.inputs);
   const Loaded l = load(o, dtype, device);
-  const int64_t k = static_cast<int64_t>(l.classes.size()), top = std::min(o.top_k, k);
+  const int64_t k = static_cast<int64_t>(l.classes.size()), top = o.top_k;
+  if (top > k)
+    usage_error("--top-k " + std::to_string(top) + " is more than the model's " + std::to_string(k) + " classes");
   if (!o.json)
     std::printf("%s from %s, %s inference on %s, %zu images%s\n", l.model_name.c_str(), o.weights.c_str(),
                 o.precision.c_str(), device.str().c_str(), files.size(),

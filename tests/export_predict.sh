@@ -93,6 +93,8 @@ expect 1 "is 64x64; the models take 32x32" -- "$build/predict" --weights model.s
 expect 2 "--weights FILE is required" -- "$build/predict" data/small.png
 expect 2 "unknown option '--bogus'" -- "$build/predict" --weights model.safetensors --bogus data/small.png
 expect 2 "--precision must be one of" -- "$build/predict" --weights model.safetensors --precision fp8 data/small.png
+expect 2 "--top-k 11 is more than the model's 10 classes" -- "$build/predict" --weights model.safetensors --top-k 11 data/small.png
+expect 2 "--top-k expects an integer >= 1, got '0'" -- "$build/predict" --weights model.safetensors --top-k 0 data/small.png
 expect 1 "no such image or folder" -- "$build/predict" --weights model.safetensors nothing.png
 expect 1 "holds a simplecnn, not a resnet9" -- "$build/predict" --model resnet9 --weights model.safetensors data/small.png
 head -c 100 model.safetensors >truncated.safetensors
