@@ -118,7 +118,7 @@ Optimisation:
   --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
 Loss scaling (fp16):
   --init-scale X          [65536]       --growth-interval N   [2000]
-Data-parallel (launch with mpirun -np N; one process per device, docs in README):
+Data-parallel (launch with mpirun -np N; one process per device, docs in docs/data-parallel.md):
   --batch-size stays the GLOBAL batch: each of N ranks takes an equal shard of it
   --sync-bn               batch-norm statistics over all ranks' shards  [per rank]
   --timeout S             seconds a collective may wait for the other ranks before the job
