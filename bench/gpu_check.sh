@@ -3,7 +3,7 @@
 # bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. The first call checks
 # what matters most first, in this order, each section with a time cap (seconds):
 #
-#   env          the driver line first (a driver too old for the CUDA runtime: one verdict,      -
+#   env          the driver line first (a driver too old for the CUDA runtime: one verdict,      0
 #                nothing else runs); nvcc (a pip nvcc without libcudart.so / libcudart_static.a
 #                gets a link folder), cuDNN/cuBLASLt/NCCL (toolkit or pip nvidia-*), Catch2/stb
 #   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here                  60
@@ -79,6 +79,10 @@ PUBLISH_EVERY="${GPU_CHECK_PUBLISH_EVERY:-30}"
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 LOGDIR="$BUILD/gpu_check_logs"
+# PyTorch runs with the loader path it came with: the CUDA libraries our build linked (put first
+# after configure) may be other copies than those its wheels were built against.
+ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+TORCH_PY=(env "LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH" python3)
 ROWS="$LOGDIR/summary.rows"        # "name|verdict|detail", one per finished section
 CURRENT="$LOGDIR/current.section"  # "name|start second" of the section in flight
 
@@ -113,15 +117,22 @@ recorded() { [ -f "$ROWS" ] && cut -d'|' -f1 "$ROWS" | grep -qx "$1"; }
 any_failed() { [ -f "$ROWS" ] && cut -d'|' -f2 "$ROWS" | grep -qvxE 'ok|skipped|not-run'; }
 # run_capped CAP cmd...: runs cmd for at most CAP seconds, or what is left of the budget when
 # that is less (then SHORTENED=1). Returns 125 without running when under 10 s are left, and
-# timeout's 124 when the command ran out of time.
-SHORTENED=0
+# timeout's 124 when the command ran out of time. timeout runs in its own process group, out of
+# reach of a signal to ours, and bash runs a trap only once a foreground command ends: so it
+# runs in the background, waited for (a trapped signal ends the wait at once), with its pid in
+# RUN_PID for the trap to stop.
+SHORTENED=0 RUN_PID=""
 run_capped() {
   local cap="$1"; shift
-  local t; t=$(left)
+  local t rc=0; t=$(left)
   SHORTENED=0
   if [ "$t" -lt "$cap" ]; then SHORTENED=1; cap=$t; fi
   if [ "$cap" -lt 10 ]; then echo "(no time left for: $*)"; return 125; fi
-  timeout --kill-after=10 "$cap" "$@"
+  timeout --kill-after=10 "$cap" "$@" &
+  RUN_PID=$!
+  wait "$RUN_PID" || rc=$?
+  RUN_PID=""
+  return "$rc"
 }
 # verdict_for RC: ok, not-run (never started, or cut short by the budget) or FAILED.
 verdict_for() {
@@ -135,7 +146,7 @@ verdict_for() {
 cap_of() {  # the cap of section $1 from the plan
   local row
   for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
-    [ "${row%%|*}" = "$1" ] && { IFS='|' read -r _ c _ <<< "$row"; echo "$c"; return; }
+    [ "${row%%|*}" = "$1" ] && { local c; IFS='|' read -r _ c _ <<< "$row"; echo "$c"; return; }
   done
   echo 60
 }
@@ -196,12 +207,15 @@ publish_now() {
   local cut
   for cut in 4 1; do  # every log cut to its last 4 MiB; if the archive is still too big, 1 MiB
     rm -rf "$stage/logs"; mkdir -p "$stage/logs"
-    ( cd "$LOGDIR" && find . -path './.publish.*' -prune -o -type f ! -name '.*' -print ) | while IFS= read -r f; do
+    # Text only: checkpoints, weights and images that sections leave would crowd the logs out.
+    ( cd "$LOGDIR" && find . -path './.publish.*' -prune -o -type f ! -name '.*' \( -name '*.log' -o -name '*.json' \
+        -o -name '*.jsonl' -o -name '*.md' -o -name '*.xml' -o -name '*.txt' -o -name '*.rows' -o -name '*.section' \) \
+        -print ) | while IFS= read -r f; do
       mkdir -p "$stage/logs/$(dirname "$f")"
       tail -c $((cut * MiB)) "$LOGDIR/$f" > "$stage/logs/$f"
     done
     tar -czf "$stage/logs.tar.gz" -C "$stage" logs 2>/dev/null
-    [ "$(stat -c %s "$stage/logs.tar.gz")" -lt $((15 * MiB)) ] && break
+    [ "$(wc -c < "$stage/logs.tar.gz")" -lt $((15 * MiB)) ] && break
     rm -f "$stage/logs.tar.gz"
   done
   rm -rf "$stage/logs"
@@ -217,13 +231,14 @@ publish_now() {
       n=$((n + 1))
     done < "$ROWS"
   fi
+  rm -f "$OUT"/*.part  # left by a publisher that was killed mid-copy: at most one .part at a time
   for f in "$stage"/*; do
     name=$(basename "$f")
     cp "$f" "$OUT/$name.part" && mv -f "$OUT/$name.part" "$OUT/$name"
   done
   rm -rf "$stage"
 }
-publish() {  # one publisher at a time (the section loop and the 30 s ticker)
+publish() {  # one publisher at a time: the section loop and the 30 s ticker (which needs flock)
   [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
   if command -v flock > /dev/null 2>&1; then
     ( flock 9; publish_now ) 9> "$LOGDIR/.publish.lock"
@@ -287,8 +302,10 @@ cudart_link_fix() {
   fi
   # Without the static library nvcc's own links (CMake's compiler check) must take the shared one.
   [ "$have_static" = 0 ] && CUDA_FIX_FLAGS="${CUDA_FIX_FLAGS:+$CUDA_FIX_FLAGS }-cudart shared"
+  local devrt=no
+  for d in "${dirs[@]}"; do [ -e "$d/libcudadevrt.a" ] && devrt=yes; done
   echo "cudart: $versioned; link folder $linkdir (unversioned libcudart.so: $([ "$have_so" = 1 ] && echo yes || echo made)," \
-       "libcudart_static.a: $([ "$have_static" = 1 ] && echo yes || echo "no, linking shared"))"
+       "libcudart_static.a: $([ "$have_static" = 1 ] && echo yes || echo "no, linking shared"), libcudadevrt.a: $devrt)"
 }
 
 # runtime_library_dirs CMAKE_CACHE: the folders of the CUDA libraries CMake linked (cudart,
@@ -309,12 +326,17 @@ EXTRA_INC=()
 section_env() {
   say "environment"
   # The driver first: with one too old for the runtime nothing else can pass.
-  local smi drv drv_cuda gpu verdict
-  smi=$(nvidia-smi 2>&1 || true)
-  echo "driver: $(grep -m1 'Driver Version' <<< "$smi" | sed -E 's/^[ |]*//; s/[ |]*$//' || true)"
-  drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
-  drv_cuda=$(sed -nE 's/.*CUDA Version: *([0-9.]+).*/\1/p' <<< "$smi" | head -1)
-  gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  local smi="" drv="" drv_cuda="" gpu="" verdict="" have_smi=0
+  command -v nvidia-smi > /dev/null 2>&1 && have_smi=1
+  if [ "$have_smi" = 1 ]; then
+    smi=$(timeout 20 nvidia-smi 2>&1 || true)
+    echo "driver: $(grep -m1 'Driver Version' <<< "$smi" | sed -E 's/^[ |]*//; s/[ |]*$//' || true)"
+    drv=$(timeout 20 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+    drv_cuda=$(sed -nE 's/.*CUDA Version: *([0-9.]+).*/\1/p' <<< "$smi" | head -1)
+    gpu=$(timeout 20 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  else
+    echo "driver: no nvidia-smi here; going on without a driver verdict (the [cuda] binary's first line will tell)"
+  fi
   echo "GPU:   ${gpu:-none visible to nvidia-smi}"
   deps_line
   NVCC="$(command -v nvcc || true)"
@@ -322,7 +344,7 @@ section_env() {
   if [ -z "$NVCC" ]; then record env FAILED "no nvcc"; return 1; fi
   local release; release=$("$NVCC" --version | sed -nE 's/.*release ([0-9]+\.[0-9]+).*/\1/p' | head -1)
   echo "nvcc:  $NVCC (release ${release:-?})"
-  verdict=$(driver_verdict "$drv" "${drv_cuda:-$(head -1 <<< "$smi")}" "${release:-0}")
+  [ "$have_smi" = 1 ] && verdict=$(driver_verdict "$drv" "${drv_cuda:-$(head -1 <<< "$smi")}" "${release:-0}")
   if [ -n "$verdict" ]; then echo "VERDICT: $verdict"; record env FAILED "$verdict"; return 1; fi
   echo "cmake: $(cmake --version | head -1), ninja $(ninja --version 2>/dev/null || echo missing), $(nproc) cores"
   CUDA_HOME_GUESS="$(cd "$(dirname "$NVCC")/.." && pwd)"
@@ -331,7 +353,7 @@ section_env() {
   # Where the toolkit lacks cuDNN or cuBLASLt, take them from the nvidia-* pip packages
   # (namespace packages: walk nvidia.__path__, __file__ may be None).
   local py_out
-  py_out=$(python3 - <<'PY' 2>/dev/null
+  py_out=$(timeout 60 python3 - <<'PY' 2>/dev/null
 import os
 try:
     import nvidia
@@ -520,7 +542,6 @@ print(p, f, s)
 PY
 }
 
-TEST_COUNTS=""
 section_cuda_tests() {
   say "the [cuda] tests (CUDA_LAUNCH_BLOCKING=1, NCCL_DEBUG=WARN)"
   local t0 rc=0; t0=$(date +%s)
@@ -530,7 +551,6 @@ section_cuda_tests() {
   # Failures in full (Catch2 prints them between rules), then the totals.
   grep -v -E "^[0-9.]+ s: " "$LOGDIR/cuda_tests.log" | tail -150
   local totals; totals=$(grep -E "^(All tests passed|test cases:)" "$LOGDIR/cuda_tests.log" | tail -1)
-  TEST_COUNTS="[cuda] ${totals:-no Catch2 totals}"
   if [ "$rc" = 77 ]; then record cuda_tests FAILED "$(grep -o 'SKIPPED.*' "$LOGDIR/cuda_tests.log" | head -1)"
   elif [ "$rc" = 0 ] && [ -n "$totals" ]; then record cuda_tests ok "$totals ($(( $(date +%s) - t0 )) s)"
   else record cuda_tests "$(verdict_for "$rc")" "rc $rc: ${totals:-no Catch2 totals (crash or timeout)}"; fi
@@ -615,14 +635,14 @@ section_train() {
 pytorch_side_by_side() {
   local name="$1" mode="$2"
   say "PyTorch $mode AMP side-by-side (simplecnn, $EPOCHS epochs)"
-  if ! python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+  if ! "${TORCH_PY[@]}" -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
     record "$name" skipped "no PyTorch with CUDA here"; return 0
   fi
   local cache_args=(--synthetic 20000) extra=() rc=0 out="$LOGDIR/pytorch_$mode.json"
   local u8; u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
   [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
   [ "$mode" = compile ] && extra=(--compile)
-  run_capped "$(cap_of "$name")" python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model simplecnn \
+  run_capped "$(cap_of "$name")" "${TORCH_PY[@]}" "$ROOT/bench/pytorch_reference.py" --device cuda --model simplecnn \
       --precision amp-fp16 --epochs "$EPOCHS" --data-mode gpu "${cache_args[@]}" --tf32 off "${extra[@]+"${extra[@]}"}" \
       --json "$out" > "$LOGDIR/pytorch_$mode.log" 2>&1 || rc=$?
   tail -5 "$LOGDIR/pytorch_$mode.log"
@@ -645,6 +665,7 @@ section_bench() {
   cap=$(cap_of bench); half=$((cap / 2))
   run_capped "$half" "$BUILD/bench_kernels" --device cuda --quick --json "$LOGDIR/bench_kernels.json" \
       > "$LOGDIR/bench_kernels.log" 2>&1 || rc1=$?
+  local v1; v1=$(verdict_for "$rc1")  # now: verdict_for reads the SHORTENED of the last run
   grep -E "^ +(gemm|conv) .* fwd|copy of" "$LOGDIR/bench_kernels.log" | head -20
   run_capped "$half" "$BUILD/bench_train" --device cuda --steps 20 --json "$LOGDIR/bench_train.json" \
       > "$LOGDIR/bench_train.log" 2>&1 || rc2=$?
@@ -679,7 +700,7 @@ except Exception as e:
 print("; ".join(out))
 PY
 )
-  local v1 v2; v1=$(verdict_for "$rc1"); v2=$(verdict_for "$rc2")
+  local v2; v2=$(verdict_for "$rc2")
   if [ "$v1" = ok ] && [ "$v2" = ok ]; then record bench ok "$detail"
   elif [ "$v1" = FAILED ] || [ "$v2" = FAILED ]; then record bench FAILED "rc bench_kernels $rc1, bench_train $rc2; $detail"
   else record bench not-run "out of time (rc $rc1, $rc2); $detail"; fi
@@ -699,12 +720,12 @@ section_resnet() {
     tail -3 "$LOGDIR/resnet9_$p.log"
     if [ "$rc" = 0 ]; then files+=("$LOGDIR/resnet9_$p.jsonl"); else bad=1; fi
   done
-  if python3 -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
+  if "${TORCH_PY[@]}" -c "import torch; assert torch.cuda.is_available()" > /dev/null 2>&1; then
     local cache_args=(--synthetic 20000) u8
     u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
     [ -n "$u8" ] && cache_args=(--engine-cache "$u8")
     rc=0
-    run_capped "$per" python3 "$ROOT/bench/pytorch_reference.py" --device cuda --model resnet9 --precision amp-fp16 \
+    run_capped "$per" "${TORCH_PY[@]}" "$ROOT/bench/pytorch_reference.py" --device cuda --model resnet9 --precision amp-fp16 \
         --epochs 4 --augment --data-mode gpu "${cache_args[@]}" --tf32 off --json "$LOGDIR/pytorch_resnet9.json" \
         > "$LOGDIR/pytorch_resnet9.log" 2>&1 || rc=$?
     tail -3 "$LOGDIR/pytorch_resnet9.log"
@@ -726,6 +747,7 @@ section_numerics() {
   local small=(--device cuda --synthetic --synthetic-size 2000 --batch-size 128)
   run_capped 30 "$BUILD/trainer" "${small[@]}" --max-steps 4 --inspect-numerics 2 --detect-anomaly \
       --fp32-layers fc1 --log "$d/numerics.jsonl" > "$d/run.log" 2>&1 || rc=$?
+  local v; v=$(verdict_for "$rc")
   reports=$(grep -c '^numerics at step' "$d/run.log")
   f32=$(grep -cE '^  fc1 +Linear +f32' "$d/run.log")
   run_capped 20 "$BUILD/trainer" "${small[@]}" --max-steps 2 --detect-anomaly=strict --init-scale 1e30 \
@@ -735,7 +757,7 @@ section_numerics() {
   local detail="run rc $rc, $reports reports, fc1 f32 in $f32; strict overflow rc $rc2, message found $msg"
   if [ "$rc" = 0 ] && [ "$reports" = 2 ] && [ "$f32" = 2 ] && [ "$rc2" = 1 ] && [ "$msg" = 1 ]; then
     record numerics ok "$detail"
-  elif [ "$(verdict_for "$rc")" = not-run ]; then record numerics not-run "$detail"
+  elif [ "$v" = not-run ]; then record numerics not-run "$detail"
   else record numerics FAILED "$detail (numerics/run.log, strict.log)"; fi
 }
 
@@ -765,8 +787,8 @@ section_export() {
   run_capped $step "$BUILD/predict" --device cuda --weights "$d/model.safetensors" --json "$test_dir" \
     > "$d/pred_cuda.jsonl" 2>>"$d/errors.log"
   local u8; u8=$(find "$BUILD/cache" -maxdepth 1 -name "cifar10-*.u8" 2>/dev/null | head -1)
-  if python3 -c "import torch" > /dev/null 2>&1 && [ -n "$u8" ]; then
-    torch_line=$(run_capped 30 python3 "$ROOT/bench/pytorch_eval.py" --device cuda --weights "$d/model.safetensors" \
+  if "${TORCH_PY[@]}" -c "import torch" > /dev/null 2>&1 && [ -n "$u8" ]; then
+    torch_line=$(run_capped 30 "${TORCH_PY[@]}" "$ROOT/bench/pytorch_eval.py" --device cuda --weights "$d/model.safetensors" \
       --engine-cache "$u8" --predictions "$d/pred_cuda.jsonl" 2>&1 | tr '\n' ' ')
     # PyTorch (FP32, no TF32) must reach our accuracy to within 5 images of 10,000: rounding
     # differences can flip only near-ties.
@@ -778,7 +800,10 @@ sys.exit(0 if len(nums) == 4 and abs(nums[0] - nums[2]) <= 5 else 1)
 PY
   fi
   echo "$torch_line"
-  TORCH_PYTHON=python3 run_capped $((cap / 2)) bash "$ROOT/tests/export_predict.sh" "$BUILD" "$d/export_predict" \
+  # export_predict.sh runs our binaries (this loader path) and PyTorch (its own): a wrapper.
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec python3 "$@"\n' "$ORIG_LD_LIBRARY_PATH" > "$d/torch_python"
+  chmod +x "$d/torch_python"
+  TORCH_PYTHON="$d/torch_python" run_capped $((cap / 2)) bash "$ROOT/tests/export_predict.sh" "$BUILD" "$d/export_predict" \
       > "$d/export_predict.log" 2>&1 || ep_rc=$?
   tail -3 "$d/export_predict.log"
   local detail="trainer GPU FP32 ${eval32:-?}%, predict cuda ${gpu_acc:-?}%, cpu ${cpu_acc:-?}%; $torch_line; export_predict.sh rc $ep_rc"
@@ -849,27 +874,44 @@ prepare() {
   return 0
 }
 
+# A signal (the device call's time limit, Ctrl-C): stop the command in flight, record the
+# section it cut and those never started, publish, exit with the signal's code.
+on_signal() {
+  [ -n "$RUN_PID" ] && kill -TERM "$RUN_PID" 2>/dev/null
+  echo "gpu_check: stopped by a signal" >&3
+  local row
+  [ -s "$CURRENT" ] && record "$(cut -d'|' -f1 "$CURRENT")" not-run "cut short by a signal"
+  : > "$CURRENT"
+  for row in "${PLAN[@]}"; do recorded "${row%%|*}" || record "${row%%|*}" not-run "not started: stopped by a signal"; done
+  [ -n "${TICKER:-}" ] && kill "$TICKER" 2>/dev/null
+  publish
+  exit "$1"
+}
+
 # The sections of the plan in order, each timed, its verdict recorded and $OUT refreshed after
 # it; a ticker refreshes $OUT every PUBLISH_EVERY seconds while a section runs.
 gpu_check_main() {
+  rm -rf "$LOGDIR"  # a warm machine may hold an earlier call's logs and tables
   mkdir -p "$LOGDIR"
-  rm -f "$ROWS" "$CURRENT" "$LOGDIR/console.log"
+  if [ -n "${OUT:-}" ] && [ ! -d "$OUT" ]; then echo "gpu_check: OUT=$OUT is not a folder: nothing will come back"; fi
   COMMIT="${GPU_CHECK_COMMIT:-}"
   if [ -z "$COMMIT" ]; then
     COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git; set GPU_CHECK_COMMIT)")
     if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
   fi
   # tee ignores the signals that stop a call, so the script can still say what it was doing.
-  exec > >(trap '' TERM INT; exec tee -a "$LOGDIR/console.log") 2>&1
-  local ticker="" row name later
-  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-    ( while sleep "$PUBLISH_EVERY"; do publish; done ) &
-    ticker=$!
+  exec > >(trap '' TERM INT; exec tee -p -a "$LOGDIR/console.log") 2>&1
+  exec 3>&1  # the console, for the trap (a section's own redirection may be in force then)
+  local row name later
+  TICKER=""
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && command -v flock > /dev/null 2>&1; then
+    # Its output to /dev/null: its sleep would otherwise hold the console pipe open after exit.
+    ( while sleep "$PUBLISH_EVERY"; do publish; done ) > /dev/null 2>&1 &
+    TICKER=$!
   fi
   # A signal (the device call's time limit): say which section it cut, publish, stop.
-  trap 'echo "gpu_check: stopped by a signal"
-        [ -s "$CURRENT" ] && record "$(cut -d"|" -f1 "$CURRENT")" not-run "cut short by a signal"; : > "$CURRENT"
-        [ -n "$ticker" ] && kill "$ticker" 2>/dev/null; publish; exit 143' TERM INT
+  trap 'on_signal 143' TERM
+  trap 'on_signal 130' INT
   for row in "${PLAN[@]}"; do
     name="${row%%|*}"
     if [ "$(left)" -lt 10 ]; then record "$name" not-run "out of the ${BUDGET} s budget"; continue; fi
@@ -892,7 +934,7 @@ gpu_check_main() {
     publish
   done
   : > "$CURRENT"
-  [ -n "$ticker" ] && kill "$ticker" 2>/dev/null
+  [ -n "$TICKER" ] && kill "$TICKER" 2>/dev/null
   trap - TERM INT
   # The comparison tables (ours vs PyTorch, and each precision vs its own FP32), then the summary.
   local f

@@ -90,8 +90,8 @@ check "the library folders CMake used, symlinks resolved, no duplicates" \
 # them 20-30 MiB of random bytes) and five of them fail. While the last one hangs, the whole
 # process group gets SIGNAL, as the device tool stops a call at its time limit.
 fake_run() {
-  local out="$1" sig="$2"
-  rm -rf "$out" "$work/build" && mkdir -p "$out"
+  local out="$1" sig="$2" log="$1.log"
+  rm -rf "$out" "$log" "$work/build" && mkdir -p "$out"
   setsid bash -c '
     export GPU_CHECK_BUILD="$1/build" GPU_CHECK_PUBLISH_EVERY=1 GPU_CHECK_COMMIT=selftest OUT="$2"
     source "$3"
@@ -104,16 +104,20 @@ fake_run() {
     section_train() { big "$LOGDIR/train_fp32.log" $((5 * 1024 * 1024)); big "$LOGDIR/train_fp16.log" $((5 * 1024 * 1024)); record train FAILED "stand-in"; }
     section_pytorch() { big "$LOGDIR/pytorch_eager.log" $((5 * 1024 * 1024)); record pytorch FAILED "stand-in"; }
     section_bench() { big "$LOGDIR/bench_kernels.log" $((5 * 1024 * 1024)); record bench FAILED "stand-in"; }
-    section_hang() { echo "hanging"; sleep 300; }
+    section_hang() { echo "hanging"; run_capped 300 sleep 300; record hang FAILED "ran to its end"; }
     make_plan; PLAN+=("hang|300|sleeps")
-    gpu_check_main' _ "$work" "$out" "$script" > "$work/fake_run.log" 2>&1 &
+    gpu_check_main' _ "$work" "$out" "$script" > "$log" 2>&1 &
   local pid=$! t
   # Once the hanging section has run for 3 s (the ticker copies every second), stop the group.
-  for ((t = 0; t < 120; ++t)); do grep -q hanging "$work/fake_run.log" 2>/dev/null && break; sleep 1; done
+  for ((t = 0; t < 120; ++t)); do grep -q hanging "$log" 2>/dev/null && break; sleep 1; done
   sleep 3
   kill "-$sig" -- "-$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   sleep 1
+  LEFT_RUNNING=$(ps -s "$pid" -o stat= | grep -vc "^Z")  # zombies are gone, only not yet reaped
+  # What the device tool does when a command returns: end whatever of its session is left (a
+  # SIGKILL does not reach the timeout of run_capped, which has its own process group).
+  pkill -KILL -s "$pid" 2>/dev/null
 }
 
 check_out() {  # check_out OUT WHAT: the device tool's limits and what must be there
@@ -123,7 +127,7 @@ check_out() {  # check_out OUT WHAT: the device tool's limits and what must be t
   check "$what: all plain files at the top" test "$(find "$out" -mindepth 1 ! -type f -o -mindepth 2 | wc -l)" = 0
   big_files=$(find "$out" -type f -size +16M | wc -l)
   check "$what: none over 16 MiB" test "$big_files" = 0
-  odd=$(find "$out" -type f | xargs -r -n1 basename | grep -cvE '^[A-Za-z0-9._-]+$')
+  odd=$(find "$out" -type f -printf '%f\n' | grep -cvE '^[A-Za-z0-9._-]+$')
   check "$what: names of letters, digits, . _ - only" test "$odd" = 0
   # A kill in the middle of a copy leaves one NAME.part beside the previous NAME.
   check "$what: at most one half-copied .part file" test "$(find "$out" -name '*.part' | wc -l)" -le 1
@@ -140,9 +144,16 @@ check_out() {  # check_out OUT WHAT: the device tool's limits and what must be t
 fake_run "$work/out_term" TERM
 check_out "$work/out_term" "stopped by SIGTERM"
 check "SIGTERM: the section in flight is reported cut short" grep -qE '^\| hang +\| not-run +\| cut short by a signal' "$work/out_term/summary.md"
+check "SIGTERM: it ended at once, not when the command in flight would have (300 s)" \
+  test "$(sed -nE 's/^\| wall time +\| +\| ([0-9]+) s of.*/\1/p' "$work/out_term/summary.md")" -lt 60
+check "SIGTERM: the command in flight was stopped too (nothing of the run left: $LEFT_RUNNING)" test "$LEFT_RUNNING" = 0
 fake_run "$work/out_kill" KILL
 check_out "$work/out_kill" "killed by SIGKILL"
-check "SIGKILL: the ticker's last copy shows the section still running" grep -qE '^\| hang +\| running ' "$work/out_kill/summary.md"
+# The loop publishes as a section starts; only the ticker can have written a copy 2 s later.
+check "SIGKILL: the ticker's copy shows the section still running, 2 s or more in" bash -c '
+  started=$(sed -nE "s/^\| hang +\| running +\| started at ([0-9]+) s.*/\1/p" "$1")
+  wall=$(sed -nE "s/^\| wall time +\| +\| ([0-9]+) s of.*/\1/p" "$1")
+  [ -n "$started" ] && [ -n "$wall" ] && [ $((wall - started)) -ge 2 ]' _ "$work/out_kill/summary.md"
 
 echo "gpu_check_selftest: $fails failed"
 [ "$fails" = 0 ]
