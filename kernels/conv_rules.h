@@ -47,18 +47,20 @@ struct ConvFilterCounts {
   std::string str() const {
     std::ostringstream os;
     os << candidates << " candidates: " << unsupported << " not supported by cuDNN, " << tensor_cores
-       << " Tensor Core (TF32) only under strict FP32, " << not_deterministic << " not deterministic, "
+       << " Tensor Core (TF32), barred by strict FP32, " << not_deterministic << " not deterministic, "
        << over_workspace << " over the workspace limit, " << refused << " refused when run";
     return os.str();
   }
 };
 
 // The rule sets to try, in order: those asked for; then without determinism (bits may vary
-// between runs, FP32 accuracy kept); then without strict FP32 as well (TF32 Tensor Cores).
-// A relaxation that changes nothing is left out.
+// between runs, FP32 accuracy kept); then without strict FP32 (TF32 Tensor Cores), still
+// deterministic if that was asked; then without either. A relaxation that changes nothing is
+// left out.
 inline std::vector<ConvRules> conv_relaxations(const ConvRules& asked) {
   std::vector<ConvRules> out{asked};
   if (asked.deterministic) out.push_back(ConvRules{asked.strict_fp32, false});
+  if (asked.strict_fp32 && asked.deterministic) out.push_back(ConvRules{false, true});
   if (asked.strict_fp32) out.push_back(ConvRules{false, false});
   return out;
 }

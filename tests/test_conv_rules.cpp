@@ -3,6 +3,7 @@
 // lists are the two cases a GPU run could meet (kernels/cuda/conv.cu applies the same functions
 // to cuDNN's real answers; tests/cuda/test_cuda_new_ops.cpp runs that route on the GPU).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -57,24 +58,36 @@ TEST_CASE("conv rules: a grouped backward-filter with only non-deterministic alg
   CHECK(levels[0].not_deterministic == 2);
   CHECK(levels[0].tensor_cores == 0);
   CHECK(levels[0].str() ==
-        "3 candidates: 1 not supported by cuDNN, 0 Tensor Core (TF32) only under strict FP32, 2 not deterministic, "
+        "3 candidates: 1 not supported by cuDNN, 0 Tensor Core (TF32), barred by strict FP32, 2 not deterministic, "
         "0 over the workspace limit, 0 refused when run");
 }
 
-TEST_CASE("conv rules: strict FP32 offered only TF32 engines keeps determinism first, then takes TF32",
-          "[conv_rules]") {
-  const std::vector<ConvCandidate> cands = {{1, true, true, true}, {0, true, true, false}, {6, false, false, true}};
+TEST_CASE("conv rules: strict FP32 offered only TF32 engines takes TF32 but stays deterministic", "[conv_rules]") {
+  // The non-deterministic TF32 engine comes first in cuDNN's order; determinism is kept anyway.
+  const std::vector<ConvCandidate> cands = {{0, true, true, false}, {1, true, true, true}, {6, false, false, true}};
   const ConvRules asked{true, true};
   std::vector<kernels::ConvFilterCounts> levels;
   const auto [algo, gave_up] = choose(cands, asked, &levels);
-  // Dropping determinism alone does not help (every supported one is Tensor Core only); then
-  // both rules go, and the first candidate, deterministic as it happens, is taken.
+  // Dropping determinism alone does not help (every supported one is Tensor Core only); TF32
+  // with determinism does, before the rule set without either is reached.
   REQUIRE(levels.size() == 3);
   CHECK(levels[0].tensor_cores == 2);
   CHECK(levels[0].unsupported == 1);
   CHECK(levels[1].tensor_cores == 2);
+  CHECK(levels[2].not_deterministic == 1);
   CHECK(algo == 1);
   CHECK(gave_up == "TF32 Tensor Cores");
+  REQUIRE(kernels::conv_relaxations(asked).size() == 4);
+  CHECK(kernels::conv_relaxations(asked)[3] == (ConvRules{false, false}));
+}
+
+TEST_CASE("conv rules: with only a non-deterministic TF32 engine, both rules go", "[conv_rules]") {
+  const std::vector<ConvCandidate> cands = {{0, true, true, false}};
+  std::vector<kernels::ConvFilterCounts> levels;
+  const auto [algo, gave_up] = choose(cands, ConvRules{true, true}, &levels);
+  CHECK(levels.size() == 4);
+  CHECK(algo == 0);
+  CHECK(gave_up == "not deterministic, TF32 Tensor Cores");
 }
 
 TEST_CASE("conv rules: an FMA algorithm that is not deterministic beats TF32 for strict FP32", "[conv_rules]") {
@@ -100,5 +113,5 @@ TEST_CASE("conv rules: nothing to relax without rules, and a usable candidate is
   // No candidate at all: every rule set is tried and the shape has no algorithm.
   levels.clear();
   CHECK(choose({}, ConvRules{true, true}, &levels).first == -1);
-  CHECK(levels.size() == 3);
+  CHECK(levels.size() == 4);
 }

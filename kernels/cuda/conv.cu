@@ -12,6 +12,7 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/allocator.h"
@@ -343,7 +344,10 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& d
       continue;
     }
     g_cache[key] = Choice{route, c.algo, math, ws_bytes};
-    const std::string gave_up = conv_relaxation_note(cc, asked);
+    // What it gives up, judged by the math it runs with: FP32 under anything but FMA may use TF32.
+    ConvCandidate ran = cc;
+    ran.tensor_cores = dt == CUDNN_DATA_FLOAT ? math != CUDNN_FMA_MATH : uses_tensor_cores(math);
+    const std::string gave_up = conv_relaxation_note(ran, asked);
     std::ostringstream line;
     line << "conv " << dir_name(dir) << " " << dtype_name(dt) << (rules.strict_fp32 || dt != CUDNN_DATA_FLOAT ? "" : " tf32")
          << " " << dims_str(dims) << " -> algo " << c.algo << " (" << math_name(math) << "), workspace " << ws_bytes
@@ -361,6 +365,25 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& d
   tried << " [" << list << ", " << rules_name(rules) << ": " << counts.str() << "]" << why.str();
   return false;
 }
+
+// cuDNN's candidate lists within one conv_op call, by (C, K, query math, list): rule sets differ
+// only in how they filter a list, so each query (cudnnFind times every algorithm) runs once
+// however many rule sets are tried.
+struct CandidateLists {
+  std::map<std::tuple<int64_t, int64_t, int, int>, std::pair<std::vector<Cand>, cudnnStatus_t>> lists;
+  template <class Query>
+  const std::pair<std::vector<Cand>, cudnnStatus_t>& get(const ConvShape& dims, cudnnMathType_t math, int list,
+                                                         Query query) {
+    const auto key = std::make_tuple(dims.c, dims.k, static_cast<int>(math), list);
+    auto it = lists.find(key);
+    if (it == lists.end()) {
+      cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+      std::vector<Cand> cands = query(&st);
+      it = lists.emplace(key, std::make_pair(std::move(cands), st)).first;
+    }
+    return it->second;
+  }
+};
 
 // The rules the run asks for: strict FP32 unless TF32 is allowed, deterministic when set.
 ConvRules asked_rules(cudnnDataType_t dt) {
@@ -382,7 +405,7 @@ Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const void* in0
 // search and then (after heuristics) the measured one, among the candidates `rules` allow
 // (route Relaxed when they are looser than asked). False when no algorithm runs.
 bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, const void* in0,
-                   const void* in1, void* out, ConvRoute first, std::ostringstream& tried) {
+                   const void* in1, void* out, ConvRoute first, CandidateLists& memo, std::ostringstream& tried) {
   if (first == ConvRoute::Padded && dims.c % 8 == 0 && dims.k % 8 == 0) first = ConvRoute::Search;  // nothing to pad
   cudnnHandle_t h = context().cudnn();
   const ConvRules asked = asked_rules(dt);
@@ -397,10 +420,11 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const Con
     if (run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out) == CUDNN_STATUS_SUCCESS) return true;
     g_cache.erase(it);  // refused this time (nothing ran): choose again below
   }
+  const cudnnMathType_t qmath = query_math(dt, rules);
   if (first == ConvRoute::Search && search == ConvAlgoSearch::Heuristic) {
-    CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math(dt, rules)));
-    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-    const std::vector<Cand> cands = heuristic_candidates(dir, h, d, &st);
+    CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, qmath));
+    const auto& [cands, st] =
+        memo.get(dims, qmath, 0, [&](cudnnStatus_t* s) { return heuristic_candidates(dir, h, d, s); });
     if (try_candidates(dir, h, d, dims, dt, rules, asked, cands, found, "heuristics", key, in0, in1, out, tried))
       return true;
     if (st != CUDNN_STATUS_SUCCESS) tried << " (heuristics query: " << cudnnGetErrorString(st) << ")";
@@ -409,21 +433,19 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const Con
   // The measured search: cudnnFind runs every algorithm on these buffers (it writes `out`,
   // which the convolution overwrites anyway) with the largest workspace, under the limit, that
   // any algorithm asks for this shape (asked of each algorithm, not only the heuristics' picks).
-  CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, query_math(dt, rules)));
-  size_t ws_bytes = 0;
-  int algos = 0;
-  if (algo_count(dir, h, &algos) != CUDNN_STATUS_SUCCESS) algos = 0;
-  for (int algo = 0; algo < algos; ++algo) {
-    size_t need = 0;
-    if (workspace_size(dir, h, d, algo, &need) == CUDNN_STATUS_SUCCESS && need <= conv_workspace_limit())
-      ws_bytes = std::max(ws_bytes, need);
-  }
-  std::vector<Cand> measured;
-  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-  {
+  CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, qmath));
+  const auto& [measured, st] = memo.get(dims, qmath, 1, [&](cudnnStatus_t* s) {
+    size_t ws_bytes = 0;
+    int algos = 0;
+    if (algo_count(dir, h, &algos) != CUDNN_STATUS_SUCCESS) algos = 0;
+    for (int algo = 0; algo < algos; ++algo) {
+      size_t need = 0;
+      if (workspace_size(dir, h, d, algo, &need) == CUDNN_STATUS_SUCCESS && need <= conv_workspace_limit())
+        ws_bytes = std::max(ws_bytes, need);
+    }
     Workspace ws(ws_bytes);
-    measured = benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size(), &st);
-  }
+    return benchmark_candidates(dir, h, d, in0, in1, out, ws.get(), ws.size(), s);
+  });
   const ConvRoute route = found == ConvRoute::Relaxed           ? ConvRoute::Relaxed
                           : search == ConvAlgoSearch::Benchmark ? ConvRoute::Search
                                                                 : ConvRoute::Measured;
@@ -449,7 +471,8 @@ void copy_channels(void* dst, int64_t to, const void* src, int64_t from, int64_t
 // counts): input and output channels zero-padded to multiples of 8, the padded problem solved,
 // the result sliced back. Zero channels add nothing to any sum, so the result is the same.
 bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
-                 const void* in0, const void* in1, void* out, cudaStream_t stream, std::ostringstream& tried) {
+                 const void* in0, const void* in1, void* out, cudaStream_t stream, CandidateLists& memo,
+                 std::ostringstream& tried) {
   if (dims.groups > 1) return false;  // padding would move channels across groups
   ConvShape p = dims;
   p.c = round_up8(dims.c);
@@ -486,7 +509,7 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvR
       const void* x = x_in(in0);
       pad_filters(in1);
       void* y = pad_k ? yp.get() : out;
-      ok = conv_unpadded(dir, p, dt, rules, x, wp.get(), y, ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, x, wp.get(), y, ConvRoute::Search, memo, inner);
       if (ok && pad_k) copy_channels(out, dims.k, yp.get(), p.k, y_rows, e, stream);
       break;
     }
@@ -494,14 +517,14 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvR
       const void* gy = y_in(in0);
       pad_filters(in1);
       void* gx = pad_c ? xp.get() : out;
-      ok = conv_unpadded(dir, p, dt, rules, gy, wp.get(), gx, ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, gy, wp.get(), gx, ConvRoute::Search, memo, inner);
       if (ok && pad_c) copy_channels(out, dims.c, xp.get(), p.c, x_rows, e, stream);
       break;
     }
     case Dir::BwdFilter: {  // in0 = x, in1 = gy, out = gw
       const void* x = x_in(in0);
       const void* gy = y_in(in1);
-      ok = conv_unpadded(dir, p, dt, rules, x, gy, wp.get(), ConvRoute::Search, inner);
+      ok = conv_unpadded(dir, p, dt, rules, x, gy, wp.get(), ConvRoute::Search, memo, inner);
       // [Kp,R,S,Cp] -> [K,R,S,C]: the first K filters' rows, each sliced to C channels.
       if (ok) copy_channels(out, dims.c, wp.get(), p.c, w_rows_c, e, stream);
       break;
@@ -524,12 +547,14 @@ void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, co
   auto it = g_cache.find(key);
   const bool known_padded = it != g_cache.end() && it->second.route == ConvRoute::Padded;
   const std::vector<ConvRules> levels = conv_relaxations(asked);
+  CandidateLists memo;
   std::ostringstream tried;
   for (size_t level = 0; level < levels.size(); ++level) {
-    if (level == 0 && first == ConvRoute::Relaxed) continue;  // test hook: as if nothing ran within the rules
-    const ConvRoute start = level == 0 ? first : ConvRoute::Search;
-    if (!known_padded && conv_unpadded(dir, dims, dt, levels[level], in0, in1, out, start, tried)) return;
-    if (conv_padded(dir, dims, dt, levels[level], elem, in0, in1, out, stream, tried)) {
+    // Test hook: as if nothing ran within the rules (where there are rules to relax).
+    if (level == 0 && first == ConvRoute::Relaxed && levels.size() > 1) continue;
+    const ConvRoute start = level == 0 && first != ConvRoute::Relaxed ? first : ConvRoute::Search;
+    if (!known_padded && conv_unpadded(dir, dims, dt, levels[level], in0, in1, out, start, memo, tried)) return;
+    if (conv_padded(dir, dims, dt, levels[level], elem, in0, in1, out, stream, memo, tried)) {
       if (!known_padded) {
         g_cache[key] = Choice{ConvRoute::Padded, -1, CUDNN_DEFAULT_MATH, 0};
         std::ostringstream line;
