@@ -13,6 +13,7 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/cpu_isa.h"
 
 using engine::DType;
 using engine::Tensor;
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   engine::manual_seed(1);
   std::printf("CPU conv2d, f32, batch %lld, median of %d runs (GFLOP/s): im2col + GEMM vs implicit GEMM\n",
               static_cast<long long>(batch), reps);
+  std::printf("%s\n", kernels::cpu::cpu_isa_report().c_str());
   std::printf("%-26s %-11s %10s %10s %8s\n", "layer", "pass", "im2col", "implicit", "ratio");
   std::string rows;
   for (const Layer& L : layers) {

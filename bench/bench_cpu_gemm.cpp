@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/numeric.h"
 
@@ -146,7 +147,8 @@ int main(int argc, char** argv) {
 #if defined(_OPENMP)
   threads = omp_get_max_threads();
 #endif
-  std::printf("CPU GEMM C = op(A)*op(B), row-major, %d thread(s), median of %d\n", threads, reps);
+  std::printf("CPU GEMM C = op(A)*op(B), row-major, %d thread(s), median of %d\n%s\n", threads, reps,
+              kernels::cpu::cpu_isa_report().c_str());
 #if defined(ENGINE_HAVE_OPENBLAS)
   std::printf("OpenBLAS sgemm alongside for FP32 (set OPENBLAS_NUM_THREADS to match)\n");
 #else

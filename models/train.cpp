@@ -28,6 +28,7 @@
 #include "engine/device.h"
 #include "engine/distributed.h"
 #include "engine/random.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/philox.h"
 #include "models/cli.h"
 #include "models/models.h"
@@ -244,8 +245,8 @@ Config parse_args(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (arg == "--version") {
-      std::printf("trainer (mpcnn), CUDA backend %s\n%s", engine::cuda_built() ? "built" : "not built",
-                  engine::cuda_library_versions().c_str());
+      std::printf("trainer (mpcnn), CUDA backend %s\n%s\n%s", engine::cuda_built() ? "built" : "not built",
+                  kernels::cpu::cpu_isa_report().c_str(), engine::cuda_library_versions().c_str());
       std::exit(0);
     } else if (arg == "--detect-anomaly") {
       if (inline_value && value != "strict") usage_error("--detect-anomaly takes no value or =strict, got '" + value + "'");

@@ -38,11 +38,17 @@ if [ "$rc" = 0 ] && grep -q -- "--precision P" <<<"$help" && grep -q -- "--inspe
   pass "--help lists the flags"; else fail "--help -> exit $rc"; fi
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
 expect 2 "--deterministic takes no value" -- --deterministic=1
-# --version: the build, and in a CUDA build the loaded vs built library versions.
+# --version: the build, the CPU ISA in use, and in a CUDA build the loaded vs built library versions.
 ver=$("$trainer" --version 2>&1); rc=$?
-if [ "$rc" = 0 ] && grep -q "CUDA backend" <<<"$ver" && { ! grep -q "CUDA backend built" <<<"$ver" ||
+if [ "$rc" = 0 ] && grep -q "CUDA backend" <<<"$ver" && grep -q "^CPU ISA: [a-z0-9_]* for the matrix-unit kernels" <<<"$ver" &&
+   { ! grep -q "CUDA backend built" <<<"$ver" ||
      grep -q "cuDNN: *loaded [0-9]*, built with [0-9]" <<<"$ver"; }; then pass "--version: $(tr '\n' ';' <<<"$ver")"
 else fail "--version -> exit $rc: $ver"; fi
+# A misspelt ENGINE_CPU_ISA: one line and exit code 2, not a crash.
+err=$(ENGINE_CPU_ISA=avx9 "$trainer" --version 2>&1 >/dev/null); rc=$?
+if [ "$rc" = 2 ] && [ "$(wc -l <<<"$err")" = 1 ] && grep -q "^error: ENGINE_CPU_ISA must be one of" <<<"$err"; then
+  pass "ENGINE_CPU_ISA=avx9 -> exit 2, one line"
+else fail "ENGINE_CPU_ISA=avx9 -> exit $rc: $err"; fi
 # --deterministic is accepted (a no-op on the CPU, which repeats bit for bit anyway).
 if "$trainer" --device cpu --synthetic --synthetic-size 100 --batch-size 50 --max-steps 1 --deterministic --threads 2 \
      >/dev/null 2>&1; then pass "--deterministic runs"; else fail "--deterministic"; fi

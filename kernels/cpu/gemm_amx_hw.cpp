@@ -1,0 +1,52 @@
+// The hardware instantiation of the tile GEMM (gemm_amx.h): this file alone is compiled with
+// the AMX target, so the rest of the engine runs on CPUs without it. Called only after
+// cpu_isa() found AMX and Linux granted the tile data permission.
+#include "kernels/cpu/gemm_amx.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/error.h"
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+#include <immintrin.h>
+#define KERNELS_AMX_HARDWARE 1
+#include "kernels/cpu/gemm_tiles.h"
+#pragma GCC pop_options
+#endif
+
+namespace kernels::cpu {
+
+bool amx_kernels_built() {
+#if defined(KERNELS_AMX_HARDWARE)
+  return true;
+#else
+  return false;
+#endif
+}
+
+template <class Out>
+void gemm_bf16_tiles_amx(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const bfloat16* A,
+                         int64_t lda, const bfloat16* B, int64_t ldb, double beta, Out* C, int64_t ldc) {
+  ENGINE_CHECK(cpu_isa() == CpuIsa::Amx, "the AMX GEMM called where the ISA in use is " << cpu_isa_name(cpu_isa()));
+#if defined(KERNELS_AMX_HARDWARE)
+  amx::tile_gemm<amx::HardwareTiles, Out>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+      (void)C, (void)ldc;
+  ENGINE_FAIL("this build has no AMX kernels (an x86-64 compiler with AMX intrinsics is needed)");
+#endif
+}
+
+template void gemm_bf16_tiles_amx<float>(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int64_t,
+                                         const bfloat16*, int64_t, double, float*, int64_t);
+template void gemm_bf16_tiles_amx<bfloat16>(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*,
+                                            int64_t, const bfloat16*, int64_t, double, bfloat16*, int64_t);
+
+}  // namespace kernels::cpu
