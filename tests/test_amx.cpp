@@ -66,15 +66,20 @@ TEST_CASE("CPU ISA: the features CPUID reports are the ones /proc/cpuinfo lists"
     WARN("no /proc/cpuinfo flags line: nothing to compare with");
     return;
   }
+  // A flag the kernel lists is a CPUID bit that is set (the kernel may hide one it cannot use,
+  // e.g. AMX without XFD, so the other direction holds only together with the OS bits).
   const kc::CpuFeatures f = kc::detect_cpu_features();
-  CHECK(f.avx2 == (flags.count("avx2") == 1));
-  CHECK(f.avx512f == (flags.count("avx512f") == 1));
-  CHECK(f.avx512_bf16 == (flags.count("avx512_bf16") == 1));
-  CHECK(f.avx512_fp16 == (flags.count("avx512_fp16") == 1));
-  CHECK(f.avx512_vnni == (flags.count("avx512_vnni") == 1));
-  CHECK(f.amx_tile == (flags.count("amx_tile") == 1));
-  CHECK(f.amx_bf16 == (flags.count("amx_bf16") == 1));
-  CHECK(f.amx_int8 == (flags.count("amx_int8") == 1));
+  auto listed = [&](const char* flag) { return flags.count(flag) == 1; };
+  CHECK((!listed("avx2") || f.avx2));
+  CHECK((!listed("avx512f") || f.avx512f));
+  CHECK((!listed("avx512_bf16") || f.avx512_bf16));
+  CHECK((!listed("avx512_fp16") || f.avx512_fp16));
+  CHECK((!listed("avx512_vnni") || f.avx512_vnni));
+  CHECK((!listed("amx_tile") || f.amx_tile));
+  CHECK((!listed("amx_bf16") || f.amx_bf16));
+  CHECK((!listed("amx_int8") || f.amx_int8));
+  CHECK((!(f.avx512f && f.os_avx512) || listed("avx512f")));
+  CHECK((!(f.amx_tile && f.os_amx) || listed("amx_tile")));
   INFO(kc::cpu_isa_report());
   CHECK(kc::cpu_isa_report().rfind("CPU ISA: ", 0) == 0);
 }
@@ -109,21 +114,49 @@ TEST_CASE("CPU ISA: the best the CPU allows, capped by ENGINE_CPU_ISA, AMX only 
 
 TEST_CASE("emulated TDPBF16PS: exact BF16 products, FP32 sums in the SDM's order, DAZ and FTZ", "[amx]") {
   namespace amx = kc::amx;
+  auto f = [](uint16_t bits) { return kernels::bf16_bits_to_float(bits); };
   // Products of two BF16 values are exact in FP32 (8 + 8 significant bits): one pair alone,
   // added to zero, gives the product exactly.
   for (uint64_t i = 0; i < 2000; ++i) {
     const bfloat16 a(static_cast<float>(std::ldexp(2 * kernels::philox_uniform(5, 1, i) - 1, int(i % 40) - 20)));
     const bfloat16 b(static_cast<float>(std::ldexp(2 * kernels::philox_uniform(5, 2, i) - 1, int(i % 30) - 15)));
     const double exact = double(float(a)) * double(float(b));
-    REQUIRE(double(amx::bf16_fma_daz_ftz(a.bits, b.bits, 0.f)) == exact);
+    REQUIRE(double(amx::fma_daz_ftz(float(a), float(b), 0.f)) == exact);
   }
-  // DAZ: a subnormal BF16 input counts as zero; FTZ: a subnormal result becomes zero.
-  const uint16_t sub = 0x0001, one = 0x3f80, tiny = 0x0080;  // 2^-133, 1, 2^-126 = FLT_MIN
-  CHECK(amx::bf16_fma_daz_ftz(sub, one, 0.f) == 0.f);
-  CHECK(amx::bf16_fma_daz_ftz(tiny, one, 0.f) == FLT_MIN);
-  CHECK(amx::bf16_fma_daz_ftz(tiny, 0x3f00 /* 0.5 */, 0.f) == 0.f);  // 2^-127 would be subnormal
-  CHECK(std::signbit(amx::bf16_fma_daz_ftz(tiny, 0xbf00 /* -0.5 */, 0.f)));
-  CHECK(amx::bf16_fma_daz_ftz(one, one, std::ldexp(1.f, -140)) == 1.f);  // a subnormal accumulator is zero
+  // DAZ: a subnormal input counts as zero (each case below gives something else without it).
+  CHECK(amx::fma_daz_ftz(f(0x0001) /* 2^-133 */, f(0x4b00) /* 2^23 */, 0.f) == 0.f);  // else 2^-110
+  CHECK(amx::fma_daz_ftz(f(0x0080) /* 2^-126 */, 1.f, std::ldexp(1.f, -140)) == FLT_MIN);  // a subnormal accumulator
+  // FTZ: a subnormal result is a zero of its sign; tininess is judged after rounding with an
+  // unbounded exponent, so FLT_MIN - 2^-150.5 (which rounds to FLT_MIN on the subnormal grid)
+  // is tiny and flushed, while FLT_MIN - 2^-152 rounds to FLT_MIN and stays.
+  CHECK(amx::fma_daz_ftz(FLT_MIN, 0.5f, 0.f) == 0.f);
+  CHECK(std::signbit(amx::fma_daz_ftz(FLT_MIN, -0.5f, 0.f)));
+  CHECK(amx::fma_daz_ftz(std::ldexp(1.f, -75), -std::ldexp(1.f, -75), FLT_MIN) == 0.f);  // FLT_MIN - 2^-150
+  CHECK(amx::fma_daz_ftz(std::ldexp(1.f, -76), -std::ldexp(1.f, -76), FLT_MIN) == FLT_MIN);  // FLT_MIN - 2^-152
+  // The order: even and odd products in two lanes from zero, then their sum added to C. With
+  // products (2^24, 1, -2^24, 1) one chain C += p in order gives 1 (2^24 + 1 rounds back to
+  // 2^24); the SDM's lanes give 2^24 - 2^24 = 0 and 1 + 1 = 2, so C = 2.
+  {
+    amx::EmulatedTiles t;
+    amx::TileConfig cfg;
+    cfg.rows[0] = 1, cfg.colsb[0] = 4;  // C: 1 x 1 FP32
+    cfg.rows[4] = 1, cfg.colsb[4] = 8;  // A: 1 row of 2 pairs
+    cfg.rows[6] = 2, cfg.colsb[6] = 4;  // B: 2 pair rows of 1 column
+    t.configure(cfg);
+    const uint16_t a[4] = {0x4b80 /* 2^24 */, 0x3f80, 0xcb80 /* -2^24 */, 0x3f80}, b[4] = {0x3f80, 0x3f80, 0x3f80, 0x3f80};
+    const float c0 = 0.f;
+    t.load<0>(&c0, 4);
+    t.load<4>(a, 8);
+    t.load<6>(b, 4);
+    t.dpbf16ps<0, 4, 6>();
+    float c = -1.f;
+    t.store<0>(&c, 4);
+    CHECK(c == 2.f);
+    // A shape the hardware refuses (#UD) is refused here too: B's rows must be A's pairs.
+    cfg.rows[6] = 1;
+    t.configure(cfg);
+    CHECK_THROWS_WITH((t.dpbf16ps<0, 4, 6>()), Catch::Contains("#UD"));
+  }
 
   // One instruction on a whole tile against the definition in double: row m, column n is the
   // sum over the 32 K values of A[m][k] B[k][n], added in order; each of the 32 adds rounds
@@ -204,8 +237,11 @@ TEST_CASE("tile GEMM on emulated AMX tiles matches the double reference, tails a
             REQUIRE(std::fabs(double(float(Cb[i * ldc + j])) - ref) <=
                     std::ldexp(1.0, -8) * std::fabs(ref) + (s.k + 1) * std::ldexp(1.0, -24) * mag);
           }
-        // Padding columns of C stay untouched.
-        for (int64_t i = 0; i < s.m; ++i) REQUIRE(C[i * ldc + s.n] == C0[i * ldc + s.n]);
+        // The padding columns of C stay untouched.
+        for (int64_t i = 0; i < s.m; ++i) {
+          REQUIRE(C[i * ldc + s.n] == C0[i * ldc + s.n]);
+          REQUIRE(C[i * ldc + s.n + 1] == C0[i * ldc + s.n + 1]);
+        }
       }
 }
 

@@ -1,7 +1,7 @@
-// Intel AMX tiles for the BF16 matrix kernels: the LDTILECFG block, a portable emulation of the
-// tile instructions with the same data layout and arithmetic (so the packing, tiling and tail
-// logic runs and is tested on every machine), and the hardware instructions behind the same
-// interface. Facts: ../shared/CPU-MATRIX-UNITS.md and Intel's SDM (TDPBF16PS).
+// Intel AMX tiles for the BF16 matrix kernels: the LDTILECFG block and a portable emulation of
+// the tile instructions with the same data layout and arithmetic, so the packing, tiling and
+// tail logic runs and is tested on every machine (the instructions themselves, behind the same
+// interface: amx_hw_tiles.h). Facts: ../shared/CPU-MATRIX-UNITS.md and Intel's SDM (TDPBF16PS).
 #pragma once
 
 #include <cfloat>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/error.h"
 #include "kernels/numeric.h"
 
 namespace kernels::cpu::amx {
@@ -27,23 +28,42 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
 
-// DAZ on inputs and FTZ on results, as TDPBF16PS does whatever MXCSR says: a subnormal is a
-// zero of the same sign. (Tininess is judged on the rounded result here; if the hardware
-// judges it before rounding, the two can differ only for results that round up to FLT_MIN.)
-inline float flush_subnormal(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.f, x) : x; }
+// DAZ on inputs and FTZ on results, as the tile instructions do whatever MXCSR says: a
+// subnormal input is a zero of the same sign.
+inline float daz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.f, x) : x; }
 
-// One step of TDPBF16PS for one lane: c + a * b as one FP32 FMA (the product of two BF16
-// values is exact in FP32, so an FMA and a multiply-then-add round the same way unless the
-// product underflows), inputs and result flushed.
-inline float bf16_fma_daz_ftz(uint16_t a, uint16_t b, float c) {
-  return flush_subnormal(std::fma(flush_subnormal(bf16_bits_to_float(a)), flush_subnormal(bf16_bits_to_float(b)),
-                                  flush_subnormal(c)));
+// One FP32 FMA c + a * b with DAZ and FTZ, round to nearest even. x86 judges tininess after
+// rounding with an unbounded exponent (SDM Vol. 1, 4.9.1.5): a result whose 24-bit rounding
+// stays below FLT_MIN, i.e. whose exact value is below FLT_MIN - 2^-151, becomes a zero. The
+// double FMA decides that (its one rounding is far finer than 2^-151 there); fmaf gives the value.
+inline float fma_daz_ftz(float a, float b, float c) {
+  a = daz(a), b = daz(b), c = daz(c);
+  const float r = std::fmaf(a, b, c);
+  const double exact = std::fma(double(a), double(b), double(c));
+  return std::fabs(exact) < 0x1.ffffffp-127 ? std::copysign(0.f, r) : r;
 }
+inline float add_daz_ftz(float a, float b) { return fma_daz_ftz(a, 1.f, b); }
 
-// The tile registers in memory, each instruction written out as Intel's SDM gives it.
+// Tiles 0-3: C (16 rows x 16 FP32); 4, 5: A (16 rows x 32 BF16); 6, 7: B (16 pair rows x 16
+// columns): the configuration of the tile GEMM (gemm_tiles.h).
+inline TileConfig gemm_tile_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = kTileRows;
+    c.colsb[t] = kTileBytes;
+  }
+  return c;
+}
+inline int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
+
+// The tile registers in memory, each instruction written out as Intel's SDM defines it.
 class EmulatedTiles {
  public:
   void configure(const TileConfig& cfg) {
+    ENGINE_CHECK(cfg.palette == 1 && cfg.start_row == 0, "LDTILECFG: palette 1 and start row 0 expected");
+    for (int t = 0; t < kTiles; ++t)
+      ENGINE_CHECK(cfg.rows[t] <= kTileRows && cfg.colsb[t] <= kTileBytes && (cfg.rows[t] == 0) == (cfg.colsb[t] == 0),
+                   "LDTILECFG: tile " << t << " has " << int(cfg.rows[t]) << " rows of " << cfg.colsb[t] << " bytes");
     cfg_ = cfg;
     std::memset(t_, 0, sizeof t_);
   }
@@ -58,22 +78,32 @@ class EmulatedTiles {
     for (int r = 0; r < cfg_.rows[T]; ++r)
       std::memcpy(static_cast<uint8_t*>(base) + r * stride, t_[T][r], cfg_.colsb[T]);
   }
-  // TDPBF16PS C, A, B: for each row m of C and each pair k of A's row, the even then the odd
-  // BF16 product of A[m] pair k with B row k's pair in column n, added into C[m][n].
+  // TDPBF16PS C, A, B as the SDM's Operation section has it: for each row m, two FP32 lanes per
+  // column n, started at zero, take the even and the odd product of each pair k of A[m] with
+  // B row k's pair n (one FMA each); then C[m][n] += (even lane + odd lane). The shape rules
+  // the hardware enforces with #UD are checked.
   template <int C, int A, int B> void dpbf16ps() {
+    static_assert(C != A && C != B && A != B, "TDPBF16PS: the three tiles must differ");
+    ENGINE_CHECK(cfg_.rows[C] == cfg_.rows[A] && cfg_.colsb[A] / 4 == cfg_.rows[B] && cfg_.colsb[B] == cfg_.colsb[C],
+                 "TDPBF16PS: tile shapes do not fit (the hardware raises #UD)");
     for (int m = 0; m < cfg_.rows[C]; ++m) {
-      float acc[16];
-      std::memcpy(acc, t_[C][m], sizeof acc);
+      float lanes[32] = {}, row[16];
       const uint16_t* a = reinterpret_cast<const uint16_t*>(t_[A][m]);
       for (int k = 0; k < cfg_.colsb[A] / 4; ++k) {
         const uint16_t* b = reinterpret_cast<const uint16_t*>(t_[B][k]);
         for (int n = 0; n < cfg_.colsb[C] / 4; ++n) {
-          acc[n] = bf16_fma_daz_ftz(a[2 * k], b[2 * n], acc[n]);
-          acc[n] = bf16_fma_daz_ftz(a[2 * k + 1], b[2 * n + 1], acc[n]);
+          lanes[2 * n] = fma_daz_ftz(bf16_bits_to_float(a[2 * k]), bf16_bits_to_float(b[2 * n]), lanes[2 * n]);
+          lanes[2 * n + 1] =
+              fma_daz_ftz(bf16_bits_to_float(a[2 * k + 1]), bf16_bits_to_float(b[2 * n + 1]), lanes[2 * n + 1]);
         }
       }
-      std::memcpy(t_[C][m], acc, sizeof acc);
+      std::memcpy(row, t_[C][m], sizeof row);
+      for (int n = 0; n < cfg_.colsb[C] / 4; ++n)
+        row[n] = add_daz_ftz(row[n], add_daz_ftz(lanes[2 * n], lanes[2 * n + 1]));
+      std::memset(t_[C][m], 0, kTileBytes);  // write_row_and_zero: the bytes past colsb are zero
+      std::memcpy(t_[C][m], row, cfg_.colsb[C]);
     }
+    for (int m = cfg_.rows[C]; m < kTileRows; ++m) std::memset(t_[C][m], 0, kTileBytes);  // zero_upper_rows
   }
   void release() {}
 
@@ -82,39 +112,6 @@ class EmulatedTiles {
   alignas(64) uint8_t t_[kTiles][kTileRows][kTileBytes] = {};
 };
 
-// The instructions themselves. Their intrinsics need the amx-tile/amx-bf16 target, so only the
-// file that includes this after `#pragma GCC target("amx-tile,amx-bf16")` defines
-// KERNELS_AMX_HARDWARE and may use it (kernels/cpu/gemm_amx_hw.cpp).
-// The intrinsics paste the tile number into the instruction's text, so each tile and each
-// (C, A, B) the GEMM uses gets its own specialisation, spelled out.
-#if defined(KERNELS_AMX_HARDWARE)
-class HardwareTiles {
- public:
-  void configure(const TileConfig& cfg) { _tile_loadconfig(&cfg); }
-  template <int T> void zero();
-  template <int T> void load(const void* base, int64_t stride);
-  template <int T> void store(void* base, int64_t stride) const;
-  template <int C, int A, int B> void dpbf16ps();
-  void release() { _tile_release(); }
-};
-#define KERNELS_AMX_TILE(N)                                                                               \
-  template <> inline void HardwareTiles::zero<N>() { _tile_zero(N); }                                     \
-  template <> inline void HardwareTiles::load<N>(const void* base, int64_t stride) { _tile_loadd(N, base, stride); } \
-  template <> inline void HardwareTiles::store<N>(void* base, int64_t stride) const { _tile_stored(N, base, stride); }
-KERNELS_AMX_TILE(0)
-KERNELS_AMX_TILE(1)
-KERNELS_AMX_TILE(2)
-KERNELS_AMX_TILE(3)
-KERNELS_AMX_TILE(4)
-KERNELS_AMX_TILE(5)
-KERNELS_AMX_TILE(6)
-KERNELS_AMX_TILE(7)
-#undef KERNELS_AMX_TILE
-template <> inline void HardwareTiles::dpbf16ps<0, 4, 6>() { _tile_dpbf16ps(0, 4, 6); }
-template <> inline void HardwareTiles::dpbf16ps<1, 4, 7>() { _tile_dpbf16ps(1, 4, 7); }
-template <> inline void HardwareTiles::dpbf16ps<2, 5, 6>() { _tile_dpbf16ps(2, 5, 6); }
-template <> inline void HardwareTiles::dpbf16ps<3, 5, 7>() { _tile_dpbf16ps(3, 5, 7); }
-#endif
 
 // B for TDPBF16PS ("VNNI layout"): element (k, n) of a K x 16 block sits in row k / 2 (32 BF16
 // values, 64 bytes), at pair n, half k % 2: its index within the block.

@@ -1,10 +1,12 @@
 // Run-time CPU feature detection and the choice of the matrix-unit ISA (cpu_isa.h).
 #include "kernels/cpu/cpu_isa.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -103,6 +105,7 @@ CpuIsa resolve_cpu_isa(const CpuFeatures& f, const std::string& cap, bool (*ask_
   if (best == CpuIsa::Avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.os_avx512) best = CpuIsa::Avx512;
   if (best == CpuIsa::Avx512 && f.avx512_bf16) best = CpuIsa::Avx512Bf16;
   // AMX is asked for only when it would be used: the permission grows the signal frame.
+  if (note) note->clear();
   if (best == CpuIsa::Avx512Bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && limit == CpuIsa::Amx) {
     std::string why;
     if (ask_amx(&why)) best = CpuIsa::Amx;
@@ -117,7 +120,9 @@ CpuIsa cpu_isa() {
     std::string note;
     CpuIsa i = CpuIsa::Generic;
     try {
-      i = resolve_cpu_isa(detect_cpu_features(), cap ? cap : "", request_amx_permission, &note);
+      CpuFeatures f = detect_cpu_features();
+    if (!amx_kernels_built()) f.amx_tile = false;  // nothing here could use it
+    i = resolve_cpu_isa(f, cap ? cap : "", request_amx_permission, &note);
     } catch (const Error& e) {
       // A misspelt cap in the environment: one line and a usage exit, whoever asked first.
       std::fprintf(stderr, "error: %s\n", e.message().c_str());

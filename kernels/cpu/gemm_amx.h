@@ -1,6 +1,7 @@
 // BF16 matrix products on AMX tiles, FP32 accumulation: C = alpha * op(A) * op(B) + beta * C with
 // gemm()'s conventions (gemm.h). One driver (gemm_tiles.h) runs on the hardware's tile
-// instructions or on their portable emulation (amx_tiles.h), which gives the same bits.
+// instructions or on their portable emulation (amx_tiles.h), written to give the same bits
+// (not yet compared on an AMX CPU: tests/amx/ reports it).
 #pragma once
 
 #include <cstdint>

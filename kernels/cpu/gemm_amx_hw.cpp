@@ -4,21 +4,26 @@
 #include "kernels/cpu/gemm_amx.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+// Every header gemm_tiles.h needs before the target pragma, so no inline function shared with
+// the rest of the engine is first compiled here, for AMX.
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/error.h"
+#include "kernels/numeric.h"
 
-#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
-#pragma GCC push_options
+// GCC 11 or later (clang ignores this pragma; it would need per-function target attributes).
+// The driver's template is defined after the pragma, so its instantiation on HardwareTiles is
+// compiled for AMX and the tile instructions inline into it; it stays on to the end of the file.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #pragma GCC target("amx-tile,amx-bf16")
-#include <immintrin.h>
-#define KERNELS_AMX_HARDWARE 1
+#include "kernels/cpu/amx_hw_tiles.h"
 #include "kernels/cpu/gemm_tiles.h"
-#pragma GCC pop_options
+#define KERNELS_AMX_HARDWARE 1
 #endif
 
 namespace kernels::cpu {

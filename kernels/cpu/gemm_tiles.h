@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/amx_tiles.h"
@@ -15,26 +16,14 @@
 
 namespace kernels::cpu::amx {
 
-inline int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
-
-// Tiles 0-3: C (16 rows x 16 FP32); 4, 5: A (16 rows x 32 BF16); 6, 7: B (16 pair rows x 16 columns).
-inline TileConfig gemm_tile_config() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = kTileRows;
-    c.colsb[t] = kTileBytes;
-  }
-  return c;
-}
-
 template <class Tiles, class Out>
 void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const bfloat16* A, int64_t lda,
                const bfloat16* B, int64_t ldb, double beta, Out* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   const int64_t Mp = round_up32(M), Np = round_up32(N), Kp = round_up32(std::max<int64_t>(K, 1));
   // Packed A: Mp rows of Kp values; packed B: Np / 16 blocks of Kp / 2 rows of 16 pairs.
-  bfloat16* ap = scratch<bfloat16>(0, Mp * Kp);
-  bfloat16* bp = scratch<bfloat16>(1, Np * Kp);
+  bfloat16* ap = scratch<bfloat16>(6, Mp * Kp);  // slots the convolutions calling this leave free
+  bfloat16* bp = scratch<bfloat16>(7, Np * Kp);
   const bfloat16 zero = bfloat16::from_bits(0);
   const bool use_ab = alpha != 0.0 && K > 0;
 #pragma omp parallel for if (Mp * Kp > (1 << 16))
@@ -87,7 +76,8 @@ void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha
             if (j >= N) break;
             const float ab = fa * cbuf[q][r * 16 + c];
             Out& out = C[i * ldc + j];
-            out = from_acc<Out>(beta == 0.0 ? ab : ab + fb * static_cast<float>(out));
+            // An explicit FMA: both instantiations round the same, whatever contraction does.
+            out = from_acc<Out>(beta == 0.0 ? ab : std::fma(fb, static_cast<float>(out), ab));
           }
         }
     }

@@ -13,8 +13,9 @@
 
 namespace kernels::cpu {
 
-// Buffers one kernel call may hold at once; calls into these kernels never nest.
-constexpr int kScratchSlots = 6;
+// Buffers one kernel call may hold at once; calls into these kernels never nest, except that
+// the convolutions (slots 0-5) call the matrix products: the AMX tile GEMM packs into 6 and 7.
+constexpr int kScratchSlots = 8;
 
 namespace detail {
 struct ScratchSlots {

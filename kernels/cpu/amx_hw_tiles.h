@@ -1,0 +1,56 @@
+// The AMX tile instructions behind EmulatedTiles' interface (amx_tiles.h). Their intrinsics
+// need the amx-tile/amx-bf16 target: include this only where that target is on, after every
+// other header (kernels/cpu/gemm_amx_hw.cpp does), so no shared inline code is compiled for it.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/amx_tiles.h"
+
+namespace kernels::cpu::amx {
+
+// The intrinsics paste the tile number into the instruction's text, so each tile and each
+// (C, A, B) the GEMM uses gets its own specialisation, spelled out. GCC's tile intrinsics tell
+// the compiler of no memory they read or write (ldtilecfg names 8 of its 64 bytes), so a
+// compiler barrier goes before each load and after each store.
+inline void compiler_barrier() { asm volatile("" ::: "memory"); }
+
+class HardwareTiles {
+ public:
+  void configure(const TileConfig& cfg) {
+    compiler_barrier();
+    _tile_loadconfig(&cfg);
+  }
+  template <int T> void zero();
+  template <int T> void load(const void* base, int64_t stride);
+  template <int T> void store(void* base, int64_t stride) const;
+  template <int C, int A, int B> void dpbf16ps();
+  void release() { _tile_release(); }
+};
+#define KERNELS_AMX_TILE(N)                                                                               \
+  template <> inline void HardwareTiles::zero<N>() { _tile_zero(N); }                                     \
+  template <> inline void HardwareTiles::load<N>(const void* base, int64_t stride) {                      \
+    compiler_barrier();                                                                                   \
+    _tile_loadd(N, base, stride);                                                                         \
+  }                                                                                                       \
+  template <> inline void HardwareTiles::store<N>(void* base, int64_t stride) const {                     \
+    _tile_stored(N, base, stride);                                                                        \
+    compiler_barrier();                                                                                   \
+  }
+KERNELS_AMX_TILE(0)
+KERNELS_AMX_TILE(1)
+KERNELS_AMX_TILE(2)
+KERNELS_AMX_TILE(3)
+KERNELS_AMX_TILE(4)
+KERNELS_AMX_TILE(5)
+KERNELS_AMX_TILE(6)
+KERNELS_AMX_TILE(7)
+#undef KERNELS_AMX_TILE
+template <> inline void HardwareTiles::dpbf16ps<0, 4, 6>() { _tile_dpbf16ps(0, 4, 6); }
+template <> inline void HardwareTiles::dpbf16ps<1, 4, 7>() { _tile_dpbf16ps(1, 4, 7); }
+template <> inline void HardwareTiles::dpbf16ps<2, 5, 6>() { _tile_dpbf16ps(2, 5, 6); }
+template <> inline void HardwareTiles::dpbf16ps<3, 5, 7>() { _tile_dpbf16ps(3, 5, 7); }
+
+}  // namespace kernels::cpu::amx
