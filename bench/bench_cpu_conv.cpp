@@ -1,6 +1,8 @@
 // CPU conv2d benchmark: GFLOP/s of the kernels under the engine's conv2d - forward,
 // backward-data and backward-filter - at the layer shapes of the CIFAR-10 models, the im2col +
-// GEMM path and the implicit GEMM side by side in one run.
+// GEMM path and the implicit GEMM side by side in one run, our BF16 path (the one conv2d takes
+// for BF16 data), and, where oneDNN was found at build time, oneDNN's FP32 and BF16 as the
+// yardstick (the kernel it picked is printed under each layer).
 //   bench_cpu_conv [--quick] [--json FILE]
 #include <algorithm>
 #include <chrono>
@@ -10,10 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/conv_implicit.h"
+#if defined(ENGINE_HAVE_ONEDNN)
+#include "bench/onednn_conv.h"
+#endif
 
 using engine::DType;
 using engine::Tensor;
@@ -59,10 +66,17 @@ int main(int argc, char** argv) {
   };
   const int reps = quick ? 3 : 7;
   engine::manual_seed(1);
-  std::printf("CPU conv2d, f32, batch %lld, median of %d runs (GFLOP/s): im2col + GEMM vs implicit GEMM\n",
+  std::printf("CPU conv2d, batch %lld, median of %d runs (GFLOP/s): f32 im2col + GEMM vs implicit GEMM; bf16\n",
               static_cast<long long>(batch), reps);
   std::printf("%s\n", kernels::cpu::cpu_isa_report().c_str());
-  std::printf("%-26s %-11s %10s %10s %8s\n", "layer", "pass", "im2col", "implicit", "ratio");
+#if defined(ENGINE_HAVE_ONEDNN)
+  const bool onednn = true;
+#else
+  const bool onednn = false;
+  std::printf("(oneDNN not found at build time: no yardstick columns; apt-get install libdnnl-dev and rebuild)\n");
+#endif
+  std::printf("%-26s %-11s %10s %10s %8s %10s %10s %10s %9s\n", "layer", "pass", "im2col", "implicit", "ratio",
+              "ours bf16", "dnnl f32", "dnnl bf16", "bf16/dnnl");
   std::string rows;
   for (const Layer& L : layers) {
     Tensor x = engine::uniform({L.n, L.h, L.w, L.c}, -1, 1, DType::F32);
@@ -75,6 +89,15 @@ int main(int argc, char** argv) {
     Tensor gw = Tensor::empty(w.shape(), DType::F32), gb = Tensor::empty(b.shape(), DType::F32);
     const float *xp = x.data<float>(), *wp = w.data<float>(), *bp = b.data<float>(), *gyp = gy.data<float>();
     float *yp = y.data<float>(), *gxp = gx.data<float>(), *gwp = gw.data<float>(), *gbp = gb.data<float>();
+    using kernels::bfloat16;
+    Tensor xh = engine::cast(x, DType::BF16), wh = engine::cast(w, DType::BF16), bh = engine::cast(b, DType::BF16),
+           gyh = engine::cast(gy, DType::BF16);
+    Tensor yh = Tensor::empty(gy.shape(), DType::BF16), gxh = Tensor::empty(x.shape(), DType::BF16);
+    Tensor gwh = Tensor::empty(w.shape(), DType::BF16), gbh = Tensor::empty(b.shape(), DType::BF16);
+    const bfloat16 *xq = xh.data<bfloat16>(), *wq = wh.data<bfloat16>(), *bq = bh.data<bfloat16>(),
+                   *gyq = gyh.data<bfloat16>();
+    bfloat16 *yq = yh.data<bfloat16>(), *gxq = gxh.data<bfloat16>(), *gwq = gwh.data<bfloat16>(),
+             *gbq = gbh.data<bfloat16>();
     // Both algorithms' kernels called directly, each pass timed on its own; conv2d takes the
     // implicit one wherever it fits.
     namespace cpu = kernels::cpu;
@@ -82,30 +105,61 @@ int main(int argc, char** argv) {
     struct Pass {
       const char* name;
       bool fits;
-      std::function<void()> im2col, implicit;
+      std::function<void()> im2col, implicit, bf16;
     };
     const Pass passes[] = {
         {"forward", cpu::implicit_forward_fits(sh), [&] { cpu::conv2d_forward_dense(sh, xp, wp, bp, yp); },
-         [&] { cpu::conv2d_forward_implicit(sh, xp, wp, bp, yp); }},
+         [&] { cpu::conv2d_forward_implicit(sh, xp, wp, bp, yp); },
+         [&] { cpu::conv2d_forward(sh, xq, wq, bq, yq); }},
         {"bwd data", cpu::implicit_backward_data_fits(sh), [&] { cpu::conv2d_backward_data_dense(sh, gyp, wp, gxp); },
-         [&] { cpu::conv2d_backward_data_implicit(sh, gyp, wp, gxp); }},
+         [&] { cpu::conv2d_backward_data_implicit(sh, gyp, wp, gxp); },
+         [&] { cpu::conv2d_backward_data(sh, gyq, wq, gxq); }},
         {"bwd filter", cpu::implicit_backward_filter_fits(sh),
          [&] { cpu::conv2d_backward_filter_dense(sh, xp, gyp, gwp, gbp); },
-         [&] { cpu::conv2d_backward_filter_implicit(sh, xp, gyp, gwp, gbp); }},
+         [&] { cpu::conv2d_backward_filter_implicit(sh, xp, gyp, gwp, gbp); },
+         [&] { cpu::conv2d_backward_filter(sh, xq, gyq, gwq, gbq); }},
     };
-    for (const Pass& pass : passes) {
+    std::string kernels_used;
+    for (size_t pi = 0; pi < 3; ++pi) {
+      const Pass& pass = passes[pi];
       const double old_gflops = flops / median_seconds(pass.im2col, reps) * 1e-9;
       const double new_gflops = pass.fits ? flops / median_seconds(pass.implicit, reps) * 1e-9 : 0.0;
-      if (pass.fits)
-        std::printf("%-26s %-11s %10.1f %10.1f %7.2fx\n", L.name, pass.name, old_gflops, new_gflops, new_gflops / old_gflops);
-      else
-        std::printf("%-26s %-11s %10.1f %10s %8s\n", L.name, pass.name, old_gflops, "-", "-");
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "%s{\"layer\":\"%s\",\"pass\":\"%s\",\"im2col_gflops\":%.2f,\"implicit_gflops\":%s}",
+      const double bf16_gflops = flops / median_seconds(pass.bf16, reps) * 1e-9;
+      double dnnl_f32 = 0, dnnl_bf16 = 0;
+#if defined(ENGINE_HAVE_ONEDNN)
+      const bench::ConvPass dp = static_cast<bench::ConvPass>(pi);
+      try {
+        const bench::OnednnTiming f = bench::onednn_conv(sh, dp, false, reps), h = bench::onednn_conv(sh, dp, true, reps);
+        dnnl_f32 = flops / f.seconds * 1e-9;
+        dnnl_bf16 = flops / h.seconds * 1e-9;
+        kernels_used += std::string(kernels_used.empty() ? "" : "; ") + pass.name + ": " + f.impl + " / " + h.impl;
+      } catch (const std::exception& e) {
+        kernels_used += std::string(kernels_used.empty() ? "" : "; ") + pass.name + ": oneDNN refused (" + e.what() + ")";
+      }
+#endif
+      auto col = [](double v) {
+        char b[32];
+        if (v > 0) std::snprintf(b, sizeof b, "%10.1f", v);
+        else std::snprintf(b, sizeof b, "%10s", "-");
+        return std::string(b);
+      };
+      char ratio[32] = "       -", vs[32] = "        -";
+      if (pass.fits) std::snprintf(ratio, sizeof ratio, "%7.2fx", new_gflops / old_gflops);
+      if (dnnl_bf16 > 0) std::snprintf(vs, sizeof vs, "%8.2fx", bf16_gflops / dnnl_bf16);
+      std::printf("%-26s %-11s %s %s %s %s %s %s %s\n", L.name, pass.name, col(old_gflops).c_str(),
+                  col(new_gflops).c_str(), ratio, col(bf16_gflops).c_str(), col(dnnl_f32).c_str(),
+                  col(dnnl_bf16).c_str(), vs);
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"layer\":\"%s\",\"pass\":\"%s\",\"im2col_gflops\":%.2f,\"implicit_gflops\":%s,"
+                    "\"bf16_gflops\":%.2f,\"onednn_f32_gflops\":%s,\"onednn_bf16_gflops\":%s}",
                     rows.empty() ? "" : ",", L.name, pass.name, old_gflops,
-                    pass.fits ? std::to_string(new_gflops).c_str() : "null");
+                    pass.fits ? std::to_string(new_gflops).c_str() : "null", bf16_gflops,
+                    dnnl_f32 > 0 ? std::to_string(dnnl_f32).c_str() : "null",
+                    dnnl_bf16 > 0 ? std::to_string(dnnl_bf16).c_str() : "null");
       rows += buf;
     }
+    if (onednn) std::printf("  oneDNN f32 / bf16 kernels: %s\n", kernels_used.c_str());
   }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
@@ -113,8 +167,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: cannot write %s\n", json.c_str());
       return 1;
     }
-    std::fprintf(f, "{\"benchmark\":\"cpu_conv2d\",\"dtype\":\"f32\",\"batch\":%lld,\"results\":[%s]}\n",
-                 static_cast<long long>(batch), rows.c_str());
+    std::fprintf(f, "{\"benchmark\":\"cpu_conv2d\",\"dtype\":\"f32\",\"batch\":%lld,\"onednn\":%s,\"results\":[%s]}\n",
+                 static_cast<long long>(batch), onednn ? "true" : "false", rows.c_str());
     std::fclose(f);
   }
   return 0;
