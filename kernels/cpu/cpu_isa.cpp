@@ -104,8 +104,8 @@ CpuIsa resolve_cpu_isa(const CpuFeatures& f, const std::string& cap, bool (*ask_
   if (f.avx2 && f.fma && f.os_avx) best = CpuIsa::Avx2;
   if (best == CpuIsa::Avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.os_avx512) best = CpuIsa::Avx512;
   if (best == CpuIsa::Avx512 && f.avx512_bf16) best = CpuIsa::Avx512Bf16;
-  // AMX is asked for only when it would be used: the permission grows the signal frame.
   if (note) note->clear();
+  // AMX is asked for only when it would be used: the permission grows the signal frame.
   if (best == CpuIsa::Avx512Bf16 && f.amx_tile && f.amx_bf16 && f.os_amx && limit == CpuIsa::Amx) {
     std::string why;
     if (ask_amx(&why)) best = CpuIsa::Amx;
@@ -121,8 +121,8 @@ CpuIsa cpu_isa() {
     CpuIsa i = CpuIsa::Generic;
     try {
       CpuFeatures f = detect_cpu_features();
-    if (!amx_kernels_built()) f.amx_tile = false;  // nothing here could use it
-    i = resolve_cpu_isa(f, cap ? cap : "", request_amx_permission, &note);
+      if (!amx_kernels_built()) f.amx_tile = false;  // nothing here could use it
+      i = resolve_cpu_isa(f, cap ? cap : "", request_amx_permission, &note);
     } catch (const Error& e) {
       // A misspelt cap in the environment: one line and a usage exit, whoever asked first.
       std::fprintf(stderr, "error: %s\n", e.message().c_str());
