@@ -2,7 +2,8 @@
 // Where it fits, conv2d_* take the implicit GEMM of conv_implicit.h (no column matrix). Else
 // im2col turns each output pixel's receptive field into one contiguous row (in NHWC each
 // (r, s) tap is a contiguous run of C values), then one GEMM per chunk of whole images.
-// Arithmetic is in A = acc_t<T>: FP16/BF16 data is widened once and rounded once.
+// Arithmetic is in A = acc_t<T>: FP16/BF16 data is widened once and rounded once. BF16 data
+// goes to the tile kernels instead (bf16_tiles.h) where the CPU has a BF16 dot-product unit.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/conv_implicit.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
@@ -286,10 +288,15 @@ inline ConvShape group_shape(const ConvShape& sh) {
 
 }  // namespace detail
 
-// One group: the implicit GEMM (conv_implicit.h) where it fits, FP64 and other shapes through
+// One group: BF16 on the tiles (AMX or AVX512-BF16) where the CPU has them and the shape fits,
+// else the implicit GEMM (conv_implicit.h) where it fits, FP64 and other shapes through
 // im2col + GEMM.
 template <class T>
 void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    TileUnit unit;
+    if (tile_forward_fits(sh) && bf16_tile_unit(&unit)) return conv2d_forward_bf16_tiles(unit, sh, x, w, bias, y);
+  }
   if constexpr (!std::is_same_v<T, double>)
     if (implicit_forward_fits(sh)) return conv2d_forward_implicit(sh, x, w, bias, y);
   if (sh.groups == 1) return conv2d_forward_dense(sh, x, w, bias, y);
@@ -325,6 +332,11 @@ void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, 
 
 template <class T>
 void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    TileUnit unit;
+    if (tile_backward_data_fits_engine(sh) && bf16_tile_unit(&unit))
+      return conv2d_backward_data_bf16_tiles(unit, sh, gy, w, gx);
+  }
   if constexpr (!std::is_same_v<T, double>)
     if (implicit_backward_data_fits(sh)) return conv2d_backward_data_implicit(sh, gy, w, gx);
   if (sh.groups == 1) return conv2d_backward_data_dense(sh, gy, w, gx);
@@ -360,6 +372,11 @@ void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, S
 // result does not depend on the thread count (as the dense path's chunks).
 template <class T>
 void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    TileUnit unit;
+    if (tile_backward_filter_fits(sh) && bf16_tile_unit(&unit))
+      return conv2d_backward_filter_bf16_tiles(unit, sh, x, gy, gw, gbias);
+  }
   if constexpr (!std::is_same_v<T, double>)
     if (implicit_backward_filter_fits(sh)) return conv2d_backward_filter_implicit(sh, x, gy, gw, gbias);
   if (sh.groups == 1) return conv2d_backward_filter_dense(sh, x, gy, gw, gbias);

@@ -1,20 +1,24 @@
-// The hardware instantiation of the tile GEMM (gemm_amx.h): this file alone is compiled with
-// the AMX target, so the rest of the engine runs on CPUs without it. Called only after
-// cpu_isa() found AMX and Linux granted the tile data permission.
+// The hardware instantiations of the tile GEMM (gemm_amx.h) and the tile convolution
+// (bf16_tiles.h): this file alone is compiled with the AMX target, so the rest of the engine
+// runs on CPUs without it. Called only after cpu_isa() found AMX and Linux granted the tile
+// data permission.
 #include "kernels/cpu/gemm_amx.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 // Every header gemm_tiles.h needs before the target pragma, so no inline function shared with
 // the rest of the engine is first compiled here, for AMX.
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
+#include "kernels/shapes.h"
 
 // GCC 11 or later (clang ignores this pragma; it would need per-function target attributes).
 // The driver's template is defined after the pragma, so its instantiation on HardwareTiles is
@@ -22,6 +26,7 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #pragma GCC target("amx-tile,amx-bf16")
 #include "kernels/cpu/amx_hw_tiles.h"
+#include "kernels/cpu/conv_tiles.h"
 #include "kernels/cpu/gemm_tiles.h"
 #define KERNELS_AMX_HARDWARE 1
 #endif
@@ -54,4 +59,30 @@ template void gemm_bf16_tiles_amx<float>(Trans, Trans, int64_t, int64_t, int64_t
 template void gemm_bf16_tiles_amx<bfloat16>(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*,
                                             int64_t, const bfloat16*, int64_t, double, bfloat16*, int64_t);
 
+namespace tiles_amx {
+
+static void check_in_use() {
+  ENGINE_CHECK(cpu_isa() == CpuIsa::Amx && amx_kernels_built(),
+               "the AMX convolution called where the ISA in use is " << cpu_isa_name(cpu_isa()));
+}
+#if defined(KERNELS_AMX_HARDWARE)
+void conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias, bfloat16* y) {
+  check_in_use();
+  amx::tile_conv_forward<amx::HardwareTiles>(sh, x, w, bias, y);
+}
+void conv_backward_data(const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+  check_in_use();
+  amx::tile_conv_backward_data<amx::HardwareTiles>(sh, gy, w, gx);
+}
+void conv_backward_filter(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw, bfloat16* gbias) {
+  check_in_use();
+  amx::tile_conv_backward_filter<amx::HardwareTiles>(sh, x, gy, gw, gbias);
+}
+#else
+void conv_forward(const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_data(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_filter(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
+#endif
+
+}  // namespace tiles_amx
 }  // namespace kernels::cpu
