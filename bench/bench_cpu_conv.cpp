@@ -44,13 +44,15 @@ template <class F> double median_seconds(F f, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json;
+  bool quick = false, bf16_only = false;
+  std::string json, only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--layer") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--bf16-only")) bf16_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--json FILE] [--layer SUBSTRING] [--bf16-only]\n", argv[0]);
       return 2;
     }
   }
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
               "ours bf16", "dnnl f32", "dnnl bf16", "bf16/dnnl");
   std::string rows;
   for (const Layer& L : layers) {
+    if (!only.empty() && std::string(L.name).find(only) == std::string::npos) continue;
     Tensor x = engine::uniform({L.n, L.h, L.w, L.c}, -1, 1, DType::F32);
     Tensor w = engine::uniform({L.k, L.r, L.r, L.c}, -1, 1, DType::F32);
     Tensor b = engine::uniform({L.k}, -1, 1, DType::F32);
@@ -122,13 +125,13 @@ int main(int argc, char** argv) {
     std::string kernels_used;
     for (size_t pi = 0; pi < 3; ++pi) {
       const Pass& pass = passes[pi];
-      const double old_gflops = flops / median_seconds(pass.im2col, reps) * 1e-9;
-      const double new_gflops = pass.fits ? flops / median_seconds(pass.implicit, reps) * 1e-9 : 0.0;
+      const double old_gflops = bf16_only ? 0.0 : flops / median_seconds(pass.im2col, reps) * 1e-9;
+      const double new_gflops = pass.fits && !bf16_only ? flops / median_seconds(pass.implicit, reps) * 1e-9 : 0.0;
       const double bf16_gflops = flops / median_seconds(pass.bf16, reps) * 1e-9;
       double dnnl_f32 = 0, dnnl_bf16 = 0;
 #if defined(ENGINE_HAVE_ONEDNN)
       const bench::ConvPass dp = static_cast<bench::ConvPass>(pi);
-      try {
+      if (!bf16_only) try {
         const bench::OnednnTiming f = bench::onednn_conv(sh, dp, false, reps), h = bench::onednn_conv(sh, dp, true, reps);
         dnnl_f32 = flops / f.seconds * 1e-9;
         dnnl_bf16 = flops / h.seconds * 1e-9;
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
         return std::string(b);
       };
       char ratio[32] = "       -", vs[32] = "        -";
-      if (pass.fits) std::snprintf(ratio, sizeof ratio, "%7.2fx", new_gflops / old_gflops);
+      if (pass.fits && !bf16_only) std::snprintf(ratio, sizeof ratio, "%7.2fx", new_gflops / old_gflops);
       if (dnnl_bf16 > 0) std::snprintf(vs, sizeof vs, "%8.2fx", bf16_gflops / dnnl_bf16);
       std::printf("%-26s %-11s %s %s %s %s %s %s %s\n", L.name, pass.name, col(old_gflops).c_str(),
                   col(new_gflops).c_str(), ratio, col(bf16_gflops).c_str(), col(dnnl_f32).c_str(),

@@ -7,21 +7,31 @@ namespace kc = kernels::cpu;
 
 TEST_CASE("tile convolution on emulated AMX tiles: forward, data and filter gradients against the double reference",
           "[amx][conv]") {
-  for (const kernels::ConvShape& s : conv_tiles_cases::shapes()) conv_tiles_cases::check_all_passes(kc::TileUnit::Emulated, s);
+  for (const kernels::ConvShape& s : conv_tiles_cases::shapes())
+    for (kc::TileRoute route : {kc::TileRoute::Flat, kc::TileRoute::Columns})
+      conv_tiles_cases::check_all_passes(kc::TileUnit::Emulated, s, route);
 }
 
-TEST_CASE("tile convolution: which shapes the engine sends to the tiles", "[amx][conv]") {
+TEST_CASE("tile convolution on emulated AMX tiles: one image a chunk gives results within the same bound",
+          "[amx][conv]") {
+  const conv_tiles_cases::ChunkBytes one_image(1);  // the sums carried from chunk to chunk
+  for (const kernels::ConvShape& s : conv_tiles_cases::shapes())
+    if (s.n > 1)
+      for (kc::TileRoute route : {kc::TileRoute::Flat, kc::TileRoute::Columns})
+        conv_tiles_cases::check_all_passes(kc::TileUnit::Emulated, s, route);
+}
+
+TEST_CASE("tile convolution: which route each shape takes", "[amx][conv]") {
   using conv_tiles_cases::shape;
-  CHECK(kc::tile_forward_fits(shape(64, 32, 32, 64, 64, 3, 1, 1)));
-  CHECK(kc::tile_backward_data_fits_engine(shape(64, 32, 32, 64, 64, 3, 1, 1)));
-  CHECK(kc::tile_forward_fits(shape(64, 8, 8, 256, 256, 3, 1, 1)));        // 64 of 96 pixels real
-  CHECK_FALSE(kc::tile_forward_fits(shape(64, 4, 4, 512, 512, 3, 1, 1)));  // 16 of 32
-  CHECK_FALSE(kc::tile_forward_fits(shape(64, 32, 32, 64, 128, 1, 2, 0)));  // stride 2: 256 of 512
-  CHECK_FALSE(kc::tile_backward_data_fits_engine(shape(64, 32, 32, 64, 128, 3, 2, 1)));  // stride 2
-  CHECK_FALSE(kc::tile_forward_fits(shape(64, 32, 32, 3, 64, 3, 1, 1)));  // the stem: 32 / 3 of the work
-  CHECK_FALSE(kc::tile_forward_fits(shape(64, 32, 32, 16, 64, 3, 1, 1))); // 2x
-  CHECK(kc::tile_forward_fits(shape(64, 32, 32, 24, 64, 3, 1, 1)));       // 1.33x
-  kernels::ConvShape grouped = shape(2, 8, 8, 64, 64, 3, 1, 1);
-  grouped.groups = 2;
-  CHECK_FALSE(kc::tile_forward_fits(grouped));
+  using kc::TileRoute;
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 64, 64, 3, 1, 1)) == TileRoute::Flat);
+  CHECK(kc::tile_backward_data_route(shape(64, 32, 32, 64, 64, 3, 1, 1)) == TileRoute::Flat);
+  CHECK(kc::tile_backward_filter_route(shape(64, 32, 32, 64, 64, 3, 1, 1)) == TileRoute::Flat);
+  CHECK(kc::tile_forward_route(shape(64, 8, 8, 256, 256, 3, 1, 1)) == TileRoute::Flat);       // 64 of 96 pixels real
+  CHECK(kc::tile_forward_route(shape(64, 4, 4, 512, 512, 3, 1, 1)) == TileRoute::Columns);    // 16 of 32
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 64, 128, 1, 2, 0)) == TileRoute::Columns);   // stride 2: 256 of 512
+  CHECK(kc::tile_backward_data_route(shape(64, 32, 32, 64, 128, 3, 2, 1)) == TileRoute::Columns);
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 3, 64, 3, 1, 1)) == TileRoute::Columns);     // the stem: 32 / 3
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 16, 64, 3, 1, 1)) == TileRoute::Columns);    // 2x
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 24, 64, 3, 1, 1)) == TileRoute::Flat);       // 1.33x
 }

@@ -377,6 +377,23 @@ TEST_CASE("bfloat16: every non-NaN pattern round-trips through float", "[numeric
   CHECK(fails.count == 0);
 }
 
+TEST_CASE("bfloat16: the branch-free (SIMD) rounding gives the same bits", "[numeric]") {
+  // float_to_bf16_bits_simd (store_simd, the tile kernels' stores) against float_to_bf16_bits:
+  // every bf16 pattern with each low half that decides the rounding (0, below, at and above the
+  // tie, odd and even), NaN payloads included, and a million random floats.
+  Failures fails;
+  for (uint32_t hi = 0; hi < 65536; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const float f = float_from_bits(hi << 16 | lo);
+      if (kernels::float_to_bf16_bits_simd(f) != float_to_bf16_bits(f)) fails.add(hex(hi << 16 | lo));
+    }
+  for (float f : random_floats(1 << 20, 1717))
+    if (kernels::float_to_bf16_bits_simd(f) != float_to_bf16_bits(f)) fails.add(hex(kernels::float_bits(f)));
+  INFO(fails.first);
+  CHECK(fails.count == 0);
+  CHECK(kernels::store_simd<kernels::bfloat16>(1.0f + 0x1p-8f).bits == 0x3f80);  // tie -> even
+}
+
 TEST_CASE("bfloat16: rounding cases", "[numeric]") {
   const float u = 0x1p-8f;  // half an ulp at 1
   CHECK(float_to_bf16_bits(1.0f + u) == 0x3f80);           // tie -> even

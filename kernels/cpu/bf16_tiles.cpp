@@ -27,52 +27,52 @@ bool bf16_tile_unit(TileUnit* unit) {
   return false;
 }
 
-// Padding c to 32 costs round_up32(c) / c of the work: allowed up to 1.5x (c >= 22, or 48 ...).
-static bool pads_well(int64_t c) { return 2 * amx::round_up32(c) <= 3 * c; }
-// The flat layout computes qp pixels per image for out_h * out_w real ones (conv_tiles.h): at
-// stride 2, or on 4 x 4 images, half the work is thrown away, and the widened FP32 kernels were
-// measured faster there (bench_cpu_conv). At least 60% real: 8 x 8 images and up at stride 1.
-static bool little_waste(const ConvShape& sh) {
-  const amx::TileConvGeometry g = amx::tile_conv_geometry(sh);
-  return 10 * sh.out_h() * sh.out_w() >= 6 * g.qp;
+const char* tile_route_name(TileRoute route) {
+  switch (route) {
+    case TileRoute::Auto: return "auto";
+    case TileRoute::Flat: return "flat";
+    case TileRoute::Columns: return "columns";
+  }
+  return "?";
 }
-bool tile_forward_fits(const ConvShape& sh) {
-  return sh.groups == 1 && pads_well(sh.c) && pads_well(sh.k) && little_waste(sh);
+bool tile_conv_worth_it(const ConvShape& sh) { return sh.groups == 1 && sh.c >= 16; }
+
+TileRoute tile_forward_route(const ConvShape& sh) {
+  return amx::flat_route_fits(sh) ? TileRoute::Flat : TileRoute::Columns;
 }
-bool tile_backward_data_fits_engine(const ConvShape& sh) {
-  return amx::tile_backward_data_fits(sh) && pads_well(sh.c) && pads_well(sh.k) &&
-         little_waste(amx::backward_data_as_forward(sh));
+TileRoute tile_backward_data_route(const ConvShape& sh) {
+  return amx::flat_backward_data_fits(sh) ? TileRoute::Flat : TileRoute::Columns;
 }
-bool tile_backward_filter_fits(const ConvShape& sh) { return tile_forward_fits(sh); }
+TileRoute tile_backward_filter_route(const ConvShape& sh) { return tile_forward_route(sh); }
 
 void conv2d_forward_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* w,
-                               const bfloat16* bias, bfloat16* y) {
+                               const bfloat16* bias, bfloat16* y, TileRoute route) {
   ENGINE_CHECK(sh.groups == 1, "the tile convolution takes one group");
   switch (unit) {
-    case TileUnit::Emulated: return amx::tile_conv_forward<amx::EmulatedTiles>(sh, x, w, bias, y);
-    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_forward(sh, x, w, bias, y);
-    case TileUnit::Amx: return tiles_amx::conv_forward(sh, x, w, bias, y);
+    case TileUnit::Emulated: return amx::tile_conv2d_forward<amx::EmulatedTiles>(route, sh, x, w, bias, y);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_forward(route, sh, x, w, bias, y);
+    case TileUnit::Amx: return tiles_amx::conv_forward(route, sh, x, w, bias, y);
   }
 }
 
 void conv2d_backward_data_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* gy, const bfloat16* w,
-                                     bfloat16* gx) {
-  ENGINE_CHECK(amx::tile_backward_data_fits(sh),
-               "the tile data gradient takes one group, stride 1, square filters and pad <= r - 1");
+                                     bfloat16* gx, TileRoute route) {
+  ENGINE_CHECK(sh.groups == 1, "the tile convolution takes one group");
   switch (unit) {
-    case TileUnit::Emulated: return amx::tile_conv_backward_data<amx::EmulatedTiles>(sh, gy, w, gx);
-    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_backward_data(sh, gy, w, gx);
-    case TileUnit::Amx: return tiles_amx::conv_backward_data(sh, gy, w, gx);
+    case TileUnit::Emulated: return amx::tile_conv2d_backward_data<amx::EmulatedTiles>(route, sh, gy, w, gx);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_backward_data(route, sh, gy, w, gx);
+    case TileUnit::Amx: return tiles_amx::conv_backward_data(route, sh, gy, w, gx);
   }
 }
 
 void conv2d_backward_filter_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* gy,
-                                       bfloat16* gw, bfloat16* gbias) {
+                                       bfloat16* gw, bfloat16* gbias, TileRoute route) {
   ENGINE_CHECK(sh.groups == 1, "the tile convolution takes one group");
   switch (unit) {
-    case TileUnit::Emulated: return amx::tile_conv_backward_filter<amx::EmulatedTiles>(sh, x, gy, gw, gbias);
-    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_backward_filter(sh, x, gy, gw, gbias);
-    case TileUnit::Amx: return tiles_amx::conv_backward_filter(sh, x, gy, gw, gbias);
+    case TileUnit::Emulated:
+      return amx::tile_conv2d_backward_filter<amx::EmulatedTiles>(route, sh, x, gy, gw, gbias);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_backward_filter(route, sh, x, gy, gw, gbias);
+    case TileUnit::Amx: return tiles_amx::conv_backward_filter(route, sh, x, gy, gw, gbias);
   }
 }
 

@@ -22,25 +22,32 @@ const char* tile_unit_name(TileUnit unit);
 bool bf16_tile_unit(TileUnit* unit);
 bool avx512_bf16_kernels_built();
 
-// Which convolutions the engine sends to the tiles: one group, channels that pad to 32 with
-// little waste (the 3-channel stem would do 10x the work), and at least 60% of the computed
-// pixels real (not stride 2, not 4 x 4 images). The rest keeps the widened FP32 kernels. The
-// data gradient also needs stride 1, square filters and pad <= r - 1 (it runs as a forward
-// convolution of gy).
-bool tile_forward_fits(const ConvShape& sh);
-bool tile_backward_data_fits_engine(const ConvShape& sh);
-bool tile_backward_filter_fits(const ConvShape& sh);
+// Which BF16 convolutions the engine sends to the tiles: one group, at least 16 input channels.
+// Below that (the 3-channel stems) an im2col row is a few short copies per pixel and costs more
+// than its products; the widened FP32 kernels were measured faster there (bench_cpu_conv).
+bool tile_conv_worth_it(const ConvShape& sh);
 
-// conv2d_forward / conv2d_backward_data / conv2d_backward_filter (conv.h) on BF16 data, FP32
-// accumulation, on `unit`; any channel count and stride (the data gradient: stride 1, r == s,
-// pad <= r - 1). bias and gbias may be null. The filter gradient's bits do not depend on the
-// thread count.
+// Every dense BF16 convolution that is worth it goes to the tiles where the CPU has a unit. Two routes
+// (conv_tiles.h): the flat one without a column matrix, where the padding wastes little, and
+// im2col + tile GEMM for the rest (the stem's 3 channels, stride 2, 1 x 1, 4 x 4 images).
+// TileRoute forces one, for tests and benchmarks.
+enum class TileRoute { Auto, Flat, Columns };
+const char* tile_route_name(TileRoute route);
+// The route Auto takes for each pass of sh.
+TileRoute tile_forward_route(const ConvShape& sh);
+TileRoute tile_backward_data_route(const ConvShape& sh);
+TileRoute tile_backward_filter_route(const ConvShape& sh);
+
+// conv2d_forward / conv2d_backward_data / conv2d_backward_filter (conv.h) on BF16 data, one
+// group, FP32 accumulation, on `unit`; bias and gbias may be null. The flat route of the data
+// gradient needs stride 1, square filters and pad <= r - 1. The filter gradient's bits do not
+// depend on the thread count.
 void conv2d_forward_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* w,
-                               const bfloat16* bias, bfloat16* y);
+                               const bfloat16* bias, bfloat16* y, TileRoute route = TileRoute::Auto);
 void conv2d_backward_data_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* gy, const bfloat16* w,
-                                     bfloat16* gx);
+                                     bfloat16* gx, TileRoute route = TileRoute::Auto);
 void conv2d_backward_filter_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* gy,
-                                       bfloat16* gw, bfloat16* gbias);
+                                       bfloat16* gw, bfloat16* gbias, TileRoute route = TileRoute::Auto);
 // gemm()'s contract (gemm.h) for BF16 operands on `unit`, C in FP32 or BF16.
 template <class Out>
 void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
@@ -48,17 +55,17 @@ void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, in
 
 // The per-unit entries behind the dispatch (the hardware ones check the unit is in use).
 namespace tiles_avx512_bf16 {
-void conv_forward(const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
-void conv_backward_data(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
-void conv_backward_filter(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
 template <class Out>
 void gemm(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int64_t, const bfloat16*, int64_t, double,
           Out*, int64_t);
 }  // namespace tiles_avx512_bf16
 namespace tiles_amx {
-void conv_forward(const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
-void conv_backward_data(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
-void conv_backward_filter(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
 }  // namespace tiles_amx
 
 }  // namespace kernels::cpu

@@ -288,14 +288,13 @@ inline ConvShape group_shape(const ConvShape& sh) {
 
 }  // namespace detail
 
-// One group: BF16 on the tiles (AMX or AVX512-BF16) where the CPU has them and the shape fits,
-// else the implicit GEMM (conv_implicit.h) where it fits, FP64 and other shapes through
-// im2col + GEMM.
+// One group: BF16 on the tiles (AMX or AVX512-BF16) where the CPU has them, else the implicit
+// GEMM (conv_implicit.h) where it fits, FP64 and other shapes through im2col + GEMM.
 template <class T>
 void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     TileUnit unit;
-    if (tile_forward_fits(sh) && bf16_tile_unit(&unit)) return conv2d_forward_bf16_tiles(unit, sh, x, w, bias, y);
+    if (tile_conv_worth_it(sh) && bf16_tile_unit(&unit)) return conv2d_forward_bf16_tiles(unit, sh, x, w, bias, y);
   }
   if constexpr (!std::is_same_v<T, double>)
     if (implicit_forward_fits(sh)) return conv2d_forward_implicit(sh, x, w, bias, y);
@@ -334,7 +333,7 @@ template <class T>
 void conv2d_backward_data(const ConvShape& sh, const T* gy, const T* w, T* gx, Stream = nullptr) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     TileUnit unit;
-    if (tile_backward_data_fits_engine(sh) && bf16_tile_unit(&unit))
+    if (tile_conv_worth_it(sh) && bf16_tile_unit(&unit))
       return conv2d_backward_data_bf16_tiles(unit, sh, gy, w, gx);
   }
   if constexpr (!std::is_same_v<T, double>)
@@ -374,7 +373,7 @@ template <class T>
 void conv2d_backward_filter(const ConvShape& sh, const T* x, const T* gy, T* gw, T* gbias, Stream = nullptr) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     TileUnit unit;
-    if (tile_backward_filter_fits(sh) && bf16_tile_unit(&unit))
+    if (tile_conv_worth_it(sh) && bf16_tile_unit(&unit))
       return conv2d_backward_filter_bf16_tiles(unit, sh, x, gy, gw, gbias);
   }
   if constexpr (!std::is_same_v<T, double>)

@@ -1,15 +1,16 @@
 // The BF16 convolution on tiles (forward, data gradient, filter gradient), written once over a
 // tile type: amx::EmulatedTiles, amx::HardwareTiles (AMX) or Avx512Bf16Tiles (VDPBF16PS). FP32
-// accumulation, one rounding to BF16 at the store. Declared for the engine in conv_bf16_tiles.h.
+// accumulation, one rounding to BF16 at the store. The engine's entries: bf16_tiles.h.
 //
-// The implicit GEMM reads its A tiles straight from a zero-padded NHWC copy of the input. In
-// that copy each image is one flat run of pixels, hp rows of wp = w + 2 pad. Output pixel
-// (oh, ow) is numbered q = oh * wp + ow, ow < wp, so that its tap (kh, kw) reads padded pixel
-// stride * q + kh * wp + kw: 16 consecutive q of one tap are one tile load with a row stride of
-// `stride` pixels, across row ends too. The q with ow >= out_w are computed and thrown away:
-// about 2 pad / w of the work at stride 1, but half of it at stride 2 (rows of wp outputs where
-// out_w is about wp / 2; per-row tiles would avoid that). Channels are padded with zeros to 32 (a tile row), output channels to 32 (two C
-// tiles). Zero padding adds zero products, so tails need no code of their own.
+// Two routes. The flat route (stride-1 friendly, no column matrix) reads its A tiles straight
+// from a zero-padded NHWC copy of the input. In that copy each image is one flat run of pixels,
+// hp rows of wp = w + 2 pad. Output pixel (oh, ow) is numbered q = oh * wp + ow, ow < wp, so that
+// its tap (kh, kw) reads padded pixel stride * q + kh * wp + kw: 16 consecutive q of one tap are
+// one tile load with a row stride of `stride` pixels, across row ends too. The q with ow >= out_w
+// are computed and thrown away: about 2 pad / w of the work at stride 1, half of it at stride 2
+// or on 4 x 4 images. Channels are padded with zeros to 32.
+// The column route (every other shape) writes im2col rows padded to 32 and runs the tile GEMM
+// of gemm_tiles.h on them: no work is thrown away but K's last partial block.
 #pragma once
 
 #include <algorithm>
@@ -17,11 +18,53 @@
 #include <cstring>
 
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/bf16_tiles.h"
+#include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace kernels::cpu::amx {
+
+// The calling thread's number and the team's size (0 and 1 without OpenMP).
+inline int64_t omp_thread() {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+inline int64_t omp_threads() {
+#if defined(_OPENMP)
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+// n FP32 sums (plus bias, may be null) rounded to BF16; branch-free, so the loop vectorises.
+inline void round_row_bf16(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);
+  if (bias) {
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_simd(sum[i] + bias[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_simd(sum[i]);
+  }
+}
+
+// Images per chunk of a pass whose operands take `per_image` bytes an image: the chunk's
+// operands stay in the L2 caches while every task reads them. The tests lower chunk_bytes to
+// run one image a chunk.
+inline int64_t tile_chunk_bytes = int64_t(3) << 19;  // 1.5 MiB
+inline int64_t tile_images_per_chunk(int64_t n, int64_t per_image) {
+  return std::clamp<int64_t>(tile_chunk_bytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(n, 1));
+}
+
+// ---- the flat route --------------------------------------------------------------------------
 
 // The flat padded layout of one convolution (the header comment).
 struct TileConvGeometry {
@@ -63,18 +106,25 @@ inline void pad_input_nhwc(const ConvShape& sh, const TileConvGeometry& g, const
     }
 }
 
-// Packed filters for the forward kernel: for each block of 16 output channels, each tap and
-// each 32 input channels, one 32 x 16 B tile in VNNI layout (1 KiB). weight(co, tap, ci) gives
-// the filter value for real channels; the padding is zero.
+// Packed filters for the flat forward kernel: for each block of 16 output channels, each tap
+// and each 32 input channels, one 32 x 16 B tile in VNNI layout (1 KiB). weight(co, tap, ci)
+// gives the filter value for real channels; the padding is zero. Written in order, pair by pair.
 template <class Weight>
 void pack_filters(const TileConvGeometry& g, int64_t k, int64_t c, Weight weight, bfloat16* wp) {
   const int64_t chunks = g.cp / 32;
-#pragma omp parallel for if (g.kp * g.taps * g.cp > (1 << 16))
-  for (int64_t co = 0; co < g.kp; ++co)
+  const bfloat16 zero = bfloat16::from_bits(0);
+#pragma omp parallel for collapse(2) if (g.kp * g.taps * g.cp > (1 << 16))
+  for (int64_t cb = 0; cb < g.kp / 16; ++cb)
     for (int64_t t = 0; t < g.taps; ++t)
-      for (int64_t ci = 0; ci < g.cp; ++ci)
-        wp[((co / 16) * g.taps * chunks + t * chunks + ci / 32) * 512 + vnni_index(ci % 32, co % 16)] =
-            co < k && ci < c ? weight(co, t, ci) : bfloat16::from_bits(0);
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        bfloat16* tile = wp + ((cb * g.taps + t) * chunks + ch) * 512;
+        for (int64_t pr = 0; pr < 16; ++pr)
+          for (int64_t j = 0; j < 16; ++j) {
+            const int64_t co = cb * 16 + j, ci = ch * 32 + 2 * pr;
+            tile[pr * 32 + 2 * j] = co < k && ci < c ? weight(co, t, ci) : zero;
+            tile[pr * 32 + 2 * j + 1] = co < k && ci + 1 < c ? weight(co, t, ci + 1) : zero;
+          }
+      }
 }
 
 // y = conv(x, packed filters) + bias for the geometry g of sh (bias FP32, may be null). Each
@@ -90,46 +140,38 @@ void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, co
   {
     Tiles t;  // a tile configuration per thread
     t.configure(gemm_tile_config());
-    alignas(64) float cbuf[4][kTileRows * 16];
+    alignas(64) float block[32 * 32];
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t b = blk / (blocks_q * blocks_k), q0 = (blk / blocks_k) % blocks_q * 32, k0 = blk % blocks_k * 32;
-      t.template zero<0>();
-      t.template zero<1>();
-      t.template zero<2>();
-      t.template zero<3>();
+      zero_block(t);
       for (int64_t tap = 0; tap < g.taps; ++tap) {
         const bfloat16* a = xp + (b * g.plane + sh.stride * q0 + (tap / sh.s) * g.wp + tap % sh.s) * g.cp;
         const bfloat16* w0 = wp + (k0 / 16) * b_block + tap * chunks * 512;
-        for (int64_t ch = 0; ch < chunks; ++ch) {
-          t.template load<4>(a + ch * 32, a_stride);
-          t.template load<5>(a + 16 * sh.stride * g.cp + ch * 32, a_stride);
-          t.template load<6>(w0 + ch * 512, kTileBytes);
-          t.template load<7>(w0 + b_block + ch * 512, kTileBytes);
-          t.template dpbf16ps<0, 4, 6>();
-          t.template dpbf16ps<1, 4, 7>();
-          t.template dpbf16ps<2, 5, 6>();
-          t.template dpbf16ps<3, 5, 7>();
-        }
+        for (int64_t ch = 0; ch < chunks; ++ch)
+          block_step(t, a + ch * 32, a + 16 * sh.stride * g.cp + ch * 32, a_stride, w0 + ch * 512,
+                     w0 + b_block + ch * 512, kTileBytes);
       }
-      t.template store<0>(cbuf[0], 64);
-      t.template store<1>(cbuf[1], 64);
-      t.template store<2>(cbuf[2], 64);
-      t.template store<3>(cbuf[3], 64);
-      // C tile i covers pixels q0 + 16 * (i / 2), channels k0 + 16 * (i % 2).
-      for (int i = 0; i < 4; ++i)
-        for (int r = 0; r < 16; ++r) {
-          const int64_t q = q0 + 16 * (i / 2) + r, oh = q / g.qw, ow = q % g.qw;
-          if (q >= g.q) break;
-          if (ow >= ow_n) continue;  // a wrapped pixel
-          bfloat16* out = y + ((b * oh_n + oh) * ow_n + ow) * sh.k;
-          const int64_t c0 = k0 + 16 * (i % 2), cn = std::min<int64_t>(16, sh.k - c0);
-          for (int64_t c = 0; c < cn; ++c)
-            out[c0 + c] = from_acc<bfloat16>(cbuf[i][r * 16 + c] + (bias ? bias[c0 + c] : 0.f));
-        }
+      store_block(t, block);
+      // Row r of the block is pixel q0 + r; channels k0 ... k0 + 31.
+      const int64_t cn = std::min<int64_t>(32, sh.k - k0);
+      for (int64_t r = 0; r < 32; ++r) {
+        const int64_t q = q0 + r, oh = q / g.qw, ow = q % g.qw;
+        if (q >= g.q) break;
+        if (ow >= ow_n) continue;  // a wrapped pixel
+        round_row_bf16(block + r * 32, bias ? bias + k0 : nullptr, y + ((b * oh_n + oh) * ow_n + ow) * sh.k + k0, cn);
+      }
     }
     t.release();
   }
+}
+
+// The bias in FP32 (scratch slot `slot`), or null.
+inline const float* widen_bias(const bfloat16* bias, int64_t k, int slot) {
+  if (!bias) return nullptr;
+  float* fb = scratch<float>(slot, k);
+  for (int64_t o = 0; o < k; ++o) fb[o] = float(bias[o]);
+  return fb;
 }
 
 // Scratch slots: 0 the padded input, 1 the packed filters, 2 the FP32 bias.
@@ -141,12 +183,7 @@ void tile_conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w
   pad_input_nhwc(sh, g, x, xp);
   pack_filters(g, sh.k, sh.c, [&](int64_t co, int64_t t, int64_t ci) { return w[(co * g.taps + t) * sh.c + ci]; },
                wp);
-  float* fb = nullptr;
-  if (bias) {
-    fb = scratch<float>(2, sh.k);
-    for (int64_t o = 0; o < sh.k; ++o) fb[o] = float(bias[o]);
-  }
-  tile_conv_forward_packed<Tiles>(sh, g, xp, wp, fb, y);
+  tile_conv_forward_packed<Tiles>(sh, g, xp, wp, widen_bias(bias, sh.k, 2), y);
 }
 
 // The data gradient at stride 1 is a forward convolution of gy, padded by r - 1 - pad, with
@@ -177,99 +214,370 @@ void tile_conv_backward_data(const ConvShape& sh, const bfloat16* gy, const bflo
   tile_conv_forward_packed<Tiles>(f, g, gyp, wp, nullptr, gx);
 }
 
+// One image's input, channel-major in `stride` phases: xt[f][ci][m] = padded pixel stride * m + f
+// of channel ci (zero outside the image and for ci >= c), m < lm. Read straight from the NHWC
+// image in blocks of 32 pixels x 32 channels, each turned around in L1.
+inline void transpose_to_phases(const ConvShape& sh, const TileConvGeometry& g, int64_t lm, const bfloat16* x,
+                                bfloat16* xt) {
+  const int64_t s = sh.stride;
+  alignas(64) uint16_t blk[32][32];  // [pixel][channel]
+  for (int64_t f = 0; f < s; ++f)
+    for (int64_t m0 = 0; m0 < lm; m0 += 32) {
+      const int64_t mn = std::min<int64_t>(32, lm - m0);
+      for (int64_t c0 = 0; c0 < g.cp; c0 += 32) {
+        const int64_t cn = std::clamp<int64_t>(sh.c - c0, 0, 32);
+        for (int64_t i = 0; i < mn; ++i) {
+          const int64_t p = s * (m0 + i) + f, ih = p / g.wp - sh.pad, iw = p % g.wp - sh.pad;
+          int64_t done = 0;
+          if (p < g.plane && ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) {
+            std::memcpy(blk[i], x + (ih * sh.w + iw) * sh.c + c0, sizeof(uint16_t) * cn);
+            done = cn;
+          }
+          std::memset(blk[i] + done, 0, sizeof(uint16_t) * (32 - done));
+        }
+        uint16_t* out = reinterpret_cast<uint16_t*>(xt) + (f * g.cp + c0) * lm + m0;
+        for (int64_t j = 0; j < 32; ++j)
+          for (int64_t i = 0; i < mn; ++i) out[j * lm + i] = blk[i][j];
+      }
+    }
+}
+
+// One image's gy in VNNI pairs of flat pixels: gv[q / 2][co][q % 2] for q < qp, co < kp, zero at
+// wrapped and padding pixels (so the x values they meet add nothing). Adds the image's gy into
+// bias_sum[k] (FP32, pixel order) when it is not null.
+inline void pair_output_gradient(const ConvShape& sh, const TileConvGeometry& g, const bfloat16* gy, bfloat16* gv,
+                                 float* bias_sum) {
+  const int64_t ow_n = sh.out_w();
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(gy);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(gv);
+  for (int64_t q = 0; q < g.qp; q += 2) {
+    const uint16_t* row[2] = {nullptr, nullptr};
+    for (int h = 0; h < 2; ++h) {
+      const int64_t oh = (q + h) / g.qw, ow = (q + h) % g.qw;
+      if (q + h < g.q && ow < ow_n) row[h] = src + (oh * ow_n + ow) * sh.k;
+    }
+    uint16_t* d = dst + q * g.kp;  // pair row q / 2: kp pairs
+    for (int h = 0; h < 2; ++h) {
+      if (row[h]) {
+        for (int64_t co = 0; co < sh.k; ++co) d[2 * co + h] = row[h][co];
+        if (bias_sum)
+          for (int64_t co = 0; co < sh.k; ++co) bias_sum[co] += bf16_bits_to_float(row[h][co]);
+      } else {
+        for (int64_t co = 0; co < sh.k; ++co) d[2 * co + h] = 0;
+      }
+    }
+    std::memset(d + 2 * sh.k, 0, sizeof(uint16_t) * 2 * (g.kp - sh.k));
+  }
+}
+
 // The filter gradient: for each tap, gw[:, tap, :]^T = X_tap^T * GY, summed over every pixel of
 // every image. A = the input, channel-major so that 32 consecutive pixels of one channel are one
 // tile row: split into `stride` phases (padded pixels stride * m + f), so that the pixels
 // stride * q + off of a tap are consecutive m in phase off % stride. B = gy in VNNI pairs of
-// pixels, zero at wrapped and padding pixels (so those add nothing). Each task (tap, 32 input
-// channels, 32 output channels) sums all images in one fixed order: the same bits for any
-// thread count.
+// pixels, zero at wrapped and padding pixels. The images go in chunks whose operands fit in L2:
+// each task (tap, 32 input channels, 32 output channels) keeps its sums in FP32 between chunks
+// and adds the images in one fixed order, so the bits do not depend on the thread count.
 template <class Tiles>
 void tile_conv_backward_filter(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
                                bfloat16* gbias) {
   const TileConvGeometry g = tile_conv_geometry(sh);
   const int64_t s = sh.stride, lm = (g.plane + s - 1) / s, oh_n = sh.out_h(), ow_n = sh.out_w();
-  // Scratch slots: 0 the padded input (as the forward), 1 its channel-major phases, 2 gy in pairs.
-  bfloat16* xp = scratch<bfloat16>(0, sh.n * g.plane * g.cp);
-  bfloat16* xt = scratch<bfloat16>(1, sh.n * s * g.cp * lm);
-  bfloat16* gv = scratch<bfloat16>(2, sh.n * g.qp * g.kp);
-  pad_input_nhwc(sh, g, x, xp);
-  const bfloat16 zero = bfloat16::from_bits(0);
-#pragma omp parallel for collapse(2) if (sh.n * g.cp > 1)
-  for (int64_t b = 0; b < sh.n; ++b)
-    for (int64_t ci = 0; ci < g.cp; ++ci)
-      for (int64_t f = 0; f < s; ++f) {
-        bfloat16* row = xt + ((b * s + f) * g.cp + ci) * lm;
-        for (int64_t m = 0; m < lm; ++m) {
-          const int64_t p = s * m + f;
-          row[m] = p < g.plane ? xp[(b * g.plane + p) * g.cp + ci] : zero;
-        }
-      }
-#pragma omp parallel for collapse(2) if (sh.n * g.qp > 64)
-  for (int64_t b = 0; b < sh.n; ++b)
-    for (int64_t q = 0; q < g.qp; ++q) {
-      bfloat16* pair = gv + (b * (g.qp / 2) + q / 2) * g.kp * 2 + q % 2;
-      const int64_t oh = q / g.qw, ow = q % g.qw;
-      const bool real = q < g.q && ow < ow_n;
-      const bfloat16* src = gy + ((b * oh_n + oh) * ow_n + ow) * sh.k;
-      for (int64_t co = 0; co < g.kp; ++co) pair[2 * co] = real && co < sh.k ? src[co] : zero;
-    }
-
+  const int64_t xt_image = s * g.cp * lm, gv_image = g.qp * g.kp;
+  const int64_t chunk = tile_images_per_chunk(sh.n, 2 * (xt_image + gv_image));
   const int64_t blocks_c = g.cp / 32, blocks_k = g.kp / 32, tasks = g.taps * blocks_c * blocks_k;
+  // Scratch slots: 1 the chunk's input phases, 2 its gy pairs, 3 the tasks' FP32 sums, 4 the
+  // per-image bias sums.
+  bfloat16* xt = scratch<bfloat16>(1, chunk * xt_image);
+  bfloat16* gv = scratch<bfloat16>(2, chunk * gv_image);
+  float* sums = scratch<float>(3, tasks * 1024);
+  float* bias_sums = gbias ? scratch<float>(4, sh.n * sh.k) : nullptr;
+  if (bias_sums) std::fill(bias_sums, bias_sums + sh.n * sh.k, 0.f);
   const int64_t a_stride = lm * 2, b_stride = g.kp * 4;  // bytes from one tile row to the next
+
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0);
+#pragma omp parallel for if (nb > 1)
+    for (int64_t b = 0; b < nb; ++b) {
+      transpose_to_phases(sh, g, lm, x + (b0 + b) * sh.h * sh.w * sh.c, xt + b * xt_image);
+      pair_output_gradient(sh, g, gy + (b0 + b) * oh_n * ow_n * sh.k, gv + b * gv_image,
+                           bias_sums ? bias_sums + (b0 + b) * sh.k : nullptr);
+    }
 #pragma omp parallel if (tasks > 1)
-  {
-    Tiles t;
-    t.configure(gemm_tile_config());
-    alignas(64) float cbuf[4][kTileRows * 16];
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t tap = task / (blocks_c * blocks_k), c0 = (task / blocks_k) % blocks_c * 32,
-                    k0 = task % blocks_k * 32;
-      const int64_t off = (tap / sh.s) * g.wp + tap % sh.s;
-      t.template zero<0>();
-      t.template zero<1>();
-      t.template zero<2>();
-      t.template zero<3>();
-      for (int64_t b = 0; b < sh.n; ++b) {
-        const bfloat16* a = xt + ((b * s + off % s) * g.cp + c0) * lm + off / s;
-        const bfloat16* bb = gv + b * g.qp * g.kp + k0 * 2;
-        for (int64_t q0 = 0; q0 < g.qp; q0 += 32) {
-          t.template load<4>(a + q0, a_stride);
-          t.template load<5>(a + 16 * lm + q0, a_stride);
-          t.template load<6>(bb + q0 * g.kp, b_stride);
-          t.template load<7>(bb + q0 * g.kp + 32, b_stride);
-          t.template dpbf16ps<0, 4, 6>();
-          t.template dpbf16ps<1, 4, 7>();
-          t.template dpbf16ps<2, 5, 6>();
-          t.template dpbf16ps<3, 5, 7>();
+    {
+      Tiles t;
+      t.configure(gemm_tile_config());
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t tap = task / (blocks_c * blocks_k), c0 = (task / blocks_k) % blocks_c * 32,
+                      k0 = task % blocks_k * 32;
+        const int64_t off = (tap / sh.s) * g.wp + tap % sh.s;
+        float* sum = sums + task * 1024;
+        if (b0 == 0) zero_block(t);
+        else load_block(t, sum);
+        for (int64_t b = 0; b < nb; ++b) {
+          const bfloat16* a = xt + b * xt_image + ((off % s) * g.cp + c0) * lm + off / s;
+          const bfloat16* bb = gv + b * gv_image + k0 * 2;
+          for (int64_t q0 = 0; q0 < g.qp; q0 += 32)
+            block_step(t, a + q0, a + 16 * lm + q0, a_stride, bb + q0 * g.kp, bb + q0 * g.kp + 32, b_stride);
         }
+        store_block(t, sum);
       }
-      t.template store<0>(cbuf[0], 64);
-      t.template store<1>(cbuf[1], 64);
-      t.template store<2>(cbuf[2], 64);
-      t.template store<3>(cbuf[3], 64);
-      // C tile i: input channels c0 + 16 * (i / 2) (rows), output channels k0 + 16 * (i % 2).
-      for (int i = 0; i < 4; ++i)
-        for (int r = 0; r < 16; ++r) {
-          const int64_t ci = c0 + 16 * (i / 2) + r;
-          if (ci >= sh.c) break;
-          for (int c = 0; c < 16; ++c) {
-            const int64_t co = k0 + 16 * (i % 2) + c;
-            if (co >= sh.k) break;
-            gw[(co * g.taps + tap) * sh.c + ci] = from_acc<bfloat16>(cbuf[i][r * 16 + c]);
+      t.release();
+    }
+  }
+  // Task block row r: input channel c0 + r; column j: output channel k0 + j.
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t tap = task / (blocks_c * blocks_k), c0 = (task / blocks_k) % blocks_c * 32, k0 = task % blocks_k * 32;
+    const float* sum = sums + task * 1024;
+    for (int64_t r = 0; r < 32 && c0 + r < sh.c; ++r)
+      for (int64_t j = 0; j < 32 && k0 + j < sh.k; ++j)
+        gw[((k0 + j) * g.taps + tap) * sh.c + c0 + r] = from_acc<bfloat16>(sum[r * 32 + j]);
+  }
+  if (gbias) {  // the images' FP32 sums added in image order
+    for (int64_t co = 0; co < sh.k; ++co) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < sh.n; ++b) acc += bias_sums[b * sh.k + co];
+      gbias[co] = from_acc<bfloat16>(acc);
+    }
+  }
+}
+
+// ---- the column route ------------------------------------------------------------------------
+
+// One im2col row: output pixel (i, j) of image b, entry kk = (r * S + s) * C + c, zero-padded
+// to `width`. In NHWC the taps s of one kernel row are one contiguous run of channels, so each
+// kernel row is one copy.
+inline void im2col_row(const ConvShape& sh, const bfloat16* x, int64_t b, int64_t i, int64_t j, int64_t width,
+                       bfloat16* row) {
+  const int64_t iw0 = j * sh.stride - sh.pad;  // input column of tap s = 0
+  const int64_t s_lo = std::clamp<int64_t>(-iw0, 0, sh.s), s_hi = std::clamp<int64_t>(sh.w - iw0, s_lo, sh.s);
+  const int64_t run = sh.s * sh.c;
+  for (int64_t r = 0; r < sh.r; ++r) {
+    bfloat16* dst = row + r * run;
+    const int64_t ih = i * sh.stride - sh.pad + r;
+    if (ih < 0 || ih >= sh.h || s_lo >= s_hi) {
+      std::fill_n(dst, run, bfloat16::from_bits(0));
+      continue;
+    }
+    std::fill_n(dst, s_lo * sh.c, bfloat16::from_bits(0));
+    std::copy_n(x + ((b * sh.h + ih) * sh.w + iw0 + s_lo) * sh.c, (s_hi - s_lo) * sh.c, dst + s_lo * sh.c);
+    std::fill_n(dst + s_hi * sh.c, (sh.s - s_hi) * sh.c, bfloat16::from_bits(0));
+  }
+  std::fill_n(row + sh.r * run, width - sh.r * run, bfloat16::from_bits(0));
+}
+
+// Walks output pixels m = ((b - b0) * out_h + i) * out_w + j in order, without divisions.
+struct PixelCursor {
+  int64_t b, i, j;
+  PixelCursor(const ConvShape& sh, int64_t b0, int64_t m)
+      : b(b0 + m / (sh.out_h() * sh.out_w())), i(m / sh.out_w() % sh.out_h()), j(m % sh.out_w()) {}
+  void next(const ConvShape& sh) {
+    if (++j < sh.out_w()) return;
+    j = 0;
+    if (++i < sh.out_h()) return;
+    i = 0;
+    ++b;
+  }
+};
+
+// The im2col rows of images b0 ... b0 + nb - 1, Kp wide, then zero rows up to Mp.
+inline void im2col_rows(const ConvShape& sh, const bfloat16* x, int64_t b0, int64_t nb, int64_t Kp, int64_t Mp,
+                        bfloat16* col) {
+  const int64_t oh = sh.out_h(), ow = sh.out_w(), rows = nb * oh * ow;
+#pragma omp parallel for collapse(2) if (rows * Kp > (1 << 15))
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) im2col_row(sh, x, b0 + b, i, j, Kp, col + ((b * oh + i) * ow + j) * Kp);
+  std::fill(col + rows * Kp, col + Mp * Kp, bfloat16::from_bits(0));
+}
+
+// Images per chunk of the column route: a chunk's column matrix about 2 MiB.
+inline int64_t column_images_per_chunk(const ConvShape& sh) {
+  return tile_images_per_chunk(sh.n, sh.out_h() * sh.out_w() * round_up32(sh.patch()) * 2 * 3 / 4);
+}
+
+// Forward: Y = col(x) * W^T per chunk of images; W (K x patch rows) packed once.
+// Scratch slots: 0 the column matrix, 1 the packed filters, 2 the FP32 bias.
+template <class Tiles>
+void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
+                               bfloat16* y) {
+  const int64_t patch = sh.patch(), Kp = round_up32(patch), Np = round_up32(sh.k), pixels = sh.out_h() * sh.out_w();
+  bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
+  pack_b_from_columns(patch, sh.k, w, patch, Np, Kp, wpk);
+  const float* fb = widen_bias(bias, sh.k, 2);
+  const int64_t chunk = column_images_per_chunk(sh);
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), M = nb * pixels, Mp = round_up32(M);
+    bfloat16* col = scratch<bfloat16>(0, Mp * Kp);
+    im2col_rows(sh, x, b0, nb, Kp, Mp, col);
+    bfloat16* yc = y + b0 * pixels * sh.k;
+    tile_gemm_blocks<Tiles>(Mp, Np, Kp, col, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
+      const int64_t cn = std::min<int64_t>(32, sh.k - j0);
+      for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
+        round_row_bf16(block + r * 32, fb ? fb + j0 : nullptr, yc + (i0 + r) * sh.k + j0, cn);
+    });
+  }
+}
+
+// Data gradient: the column gradient GY * W per chunk (W as K x patch rows, pairs along K),
+// added back into the input pixels in FP32 (col2im) and rounded once. 1 x 1 filters at stride 1
+// need no col2im: the column gradient is gx.
+// Scratch slots: 0 gy padded to 32 channels, 1 the packed filters, 3 the FP32 column gradient,
+// 4 the chunk's FP32 input gradient.
+template <class Tiles>
+void tile_conv_backward_data_columns(const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+  const int64_t patch = sh.patch(), Kp = round_up32(sh.k), Np = round_up32(patch), pixels = sh.out_h() * sh.out_w();
+  const int64_t image = sh.h * sh.w * sh.c;
+  bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
+  pack_b_from_rows(sh.k, patch, w, patch, Np, Kp, wpk);
+  const bool direct = sh.pointwise();  // 1 x 1, stride 1, no padding
+  const int64_t chunk = tile_images_per_chunk(sh.n, pixels * (Kp * 2 + Np * 4));
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), M = nb * pixels, Mp = round_up32(M);
+    bfloat16* a = scratch<bfloat16>(0, Mp * Kp);
+    pack_a(false, M, sh.k, gy + b0 * pixels * sh.k, sh.k, Mp, Kp, a);
+    if (direct) {
+      bfloat16* gxc = gx + b0 * image;
+      tile_gemm_blocks<Tiles>(Mp, Np, Kp, a, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
+        const int64_t cn = std::min<int64_t>(32, sh.c - j0);
+        for (int64_t r = 0; r < 32 && i0 + r < M; ++r) round_row_bf16(block + r * 32, nullptr, gxc + (i0 + r) * sh.c + j0, cn);
+      });
+      continue;
+    }
+    float* gcol = scratch<float>(3, M * patch);
+    tile_gemm_blocks<Tiles>(Mp, Np, Kp, a, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
+      const int64_t cn = std::min<int64_t>(32, patch - j0);
+      for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
+        std::memcpy(gcol + (i0 + r) * patch + j0, block + r * 32, sizeof(float) * cn);
+    });
+    float* acc = scratch<float>(4, nb * image);
+    const int64_t oh_n = sh.out_h(), ow_n = sh.out_w();
+#pragma omp parallel for if (nb > 1)
+    for (int64_t b = 0; b < nb; ++b) {  // an image per thread: no two threads add into one pixel
+      float* gxb = acc + b * image;
+      std::fill(gxb, gxb + image, 0.f);
+      for (int64_t i = 0; i < oh_n; ++i)
+        for (int64_t j = 0; j < ow_n; ++j) {
+          const float* row = gcol + ((b * oh_n + i) * ow_n + j) * patch;
+          for (int64_t r = 0; r < sh.r; ++r) {
+            const int64_t ih = i * sh.stride - sh.pad + r;
+            if (ih < 0 || ih >= sh.h) continue;
+            for (int64_t t = 0; t < sh.s; ++t) {
+              const int64_t iw = j * sh.stride - sh.pad + t;
+              if (iw < 0 || iw >= sh.w) continue;
+              const float* src = row + (r * sh.s + t) * sh.c;
+              float* dst = gxb + (ih * sh.w + iw) * sh.c;
+              for (int64_t ch = 0; ch < sh.c; ++ch) dst[ch] += src[ch];
+            }
           }
         }
+      round_row_bf16(gxb, nullptr, gx + (b0 + b) * image, image);
     }
-    t.release();
   }
-  if (gbias) {  // FP32 sums in pixel order, as the other paths
-    float* acc = scratch<float>(3, sh.k);
-    std::fill(acc, acc + sh.k, 0.f);
-    for (int64_t p = 0; p < sh.n * oh_n * ow_n; ++p)
-      for (int64_t co = 0; co < sh.k; ++co) acc[co] += float(gy[p * sh.k + co]);
-    for (int64_t co = 0; co < sh.k; ++co) gbias[co] = from_acc<bfloat16>(acc[co]);
+}
+
+// Filter gradient: GW (K x patch) = GY^T * col(x), summed over chunks of images in order. A =
+// gy transposed (output channels x pixels); B = the column matrix in VNNI pairs of pixels,
+// written pair by pair from two im2col rows. The FP32 sums go from chunk to chunk in scratch,
+// each 32 x 32 block on one thread: the bits do not depend on the thread count.
+// Scratch slots: 0 gy transposed, 1 the paired columns, 3 the FP32 sums, 4 two im2col rows a thread.
+template <class Tiles>
+void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
+                                       bfloat16* gbias) {
+  const int64_t patch = sh.patch(), Mp = round_up32(sh.k), Np = round_up32(patch), pixels = sh.out_h() * sh.out_w();
+  const int64_t chunk = tile_images_per_chunk(sh.n, pixels * (Np + Mp) * 2);
+  float* sums = scratch<float>(3, Mp * Np);
+  std::fill(sums, sums + Mp * Np, 0.f);
+  float* bias_acc = gbias ? scratch<float>(5, sh.k) : nullptr;
+  if (bias_acc) std::fill(bias_acc, bias_acc + sh.k, 0.f);
+  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, sh.n - b0), M = nb * pixels, Kp = round_up32(M);
+    const bfloat16* gyc = gy + b0 * pixels * sh.k;
+    bfloat16* a = scratch<bfloat16>(0, Mp * Kp);
+    pack_a(true, sh.k, M, gyc, sh.k, Mp, Kp, a);
+    if (bias_acc)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t co = 0; co < sh.k; ++co) bias_acc[co] += float(gyc[i * sh.k + co]);
+    bfloat16* bp = scratch<bfloat16>(1, Np * Kp);
+#pragma omp parallel
+    {
+      // This thread's run of pair rows, walked with a cursor; two im2col rows at a time.
+      const int64_t pairs = Kp / 2, threads = omp_threads(), me = omp_thread();
+      const int64_t lo = pairs * me / threads, hi = pairs * (me + 1) / threads;
+      bfloat16* two = scratch<bfloat16>(4, 2 * Np);
+      PixelCursor at(sh, b0, std::min(2 * lo, M));
+      for (int64_t kk = lo; kk < hi; ++kk) {
+        for (int h = 0; h < 2; ++h) {
+          if (2 * kk + h < M) {
+            im2col_row(sh, x, at.b, at.i, at.j, Np, two + h * Np);
+            at.next(sh);
+          } else {
+            std::fill_n(two + h * Np, Np, bfloat16::from_bits(0));
+          }
+        }
+        const uint16_t* r0 = reinterpret_cast<const uint16_t*>(two);
+        const uint16_t* r1 = r0 + Np;
+        for (int64_t jb = 0; jb < Np / 16; ++jb) {
+          uint16_t* d = reinterpret_cast<uint16_t*>(bp) + jb * Kp * 16 + kk * 32;
+          for (int64_t c = 0; c < 16; ++c) {
+            d[2 * c] = r0[jb * 16 + c];
+            d[2 * c + 1] = r1[jb * 16 + c];
+          }
+        }
+      }
+    }
+    tile_gemm_blocks<Tiles>(Mp, Np, Kp, a, Kp, bp, [&](int64_t i0, int64_t j0, const float* block) {
+      for (int64_t r = 0; r < 32; ++r)
+        for (int64_t c = 0; c < 32; ++c) sums[(i0 + r) * Np + j0 + c] += block[r * 32 + c];
+    });
   }
+  for (int64_t co = 0; co < sh.k; ++co)
+    for (int64_t kk = 0; kk < patch; ++kk) gw[co * patch + kk] = from_acc<bfloat16>(sums[co * Np + kk]);
+  if (gbias)
+    for (int64_t co = 0; co < sh.k; ++co) gbias[co] = from_acc<bfloat16>(bias_acc[co]);
+}
+
+}  // namespace kernels::cpu::amx
+
+namespace kernels::cpu::amx {
+
+// ---- which route ------------------------------------------------------------------------------
+// Padding c to 32 costs round_up32(c) / c of the flat route's work: taken up to 1.5x (c >= 22,
+// or 48 ...); the column route pads only the whole patch r * s * c.
+inline bool pads_well(int64_t c) { return 2 * round_up32(c) <= 3 * c; }
+// The flat route where at least 60% of the pixels it computes are real: 8 x 8 images and up at
+// stride 1; not stride 2, not 4 x 4 images (half of the work thrown away).
+inline bool flat_route_fits(const ConvShape& sh) {
+  const TileConvGeometry g = tile_conv_geometry(sh);
+  return sh.groups == 1 && pads_well(sh.c) && pads_well(sh.k) && 10 * sh.out_h() * sh.out_w() >= 6 * g.qp;
+}
+inline bool flat_backward_data_fits(const ConvShape& sh) {
+  return tile_backward_data_fits(sh) && flat_route_fits(backward_data_as_forward(sh));
+}
+
+// TileRoute::Auto picks by the rules above; Flat and Columns force one (the tests run both).
+template <class Tiles>
+void tile_conv2d_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
+                         bfloat16* y) {
+  if (route == TileRoute::Flat || (route == TileRoute::Auto && flat_route_fits(sh))) tile_conv_forward<Tiles>(sh, x, w, bias, y);
+  else tile_conv_forward_columns<Tiles>(sh, x, w, bias, y);
+}
+template <class Tiles>
+void tile_conv2d_backward_data(TileRoute route, const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+  if (route == TileRoute::Flat || (route == TileRoute::Auto && flat_backward_data_fits(sh))) {
+    ENGINE_CHECK(tile_backward_data_fits(sh), "the flat tile data gradient takes stride 1, square filters, pad <= r - 1");
+    tile_conv_backward_data<Tiles>(sh, gy, w, gx);
+  } else {
+    tile_conv_backward_data_columns<Tiles>(sh, gy, w, gx);
+  }
+}
+template <class Tiles>
+void tile_conv2d_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
+                                 bfloat16* gbias) {
+  if (route == TileRoute::Flat || (route == TileRoute::Auto && flat_route_fits(sh)))
+    tile_conv_backward_filter<Tiles>(sh, x, gy, gw, gbias);
+  else
+    tile_conv_backward_filter_columns<Tiles>(sh, x, gy, gw, gbias);
 }
 
 }  // namespace kernels::cpu::amx

@@ -66,22 +66,24 @@ static void check_in_use() {
                "the AMX convolution called where the ISA in use is " << cpu_isa_name(cpu_isa()));
 }
 #if defined(KERNELS_AMX_HARDWARE)
-void conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias, bfloat16* y) {
+void conv_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
+                  bfloat16* y) {
   check_in_use();
-  amx::tile_conv_forward<amx::HardwareTiles>(sh, x, w, bias, y);
+  amx::tile_conv2d_forward<amx::HardwareTiles>(route, sh, x, w, bias, y);
 }
-void conv_backward_data(const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+void conv_backward_data(TileRoute route, const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
   check_in_use();
-  amx::tile_conv_backward_data<amx::HardwareTiles>(sh, gy, w, gx);
+  amx::tile_conv2d_backward_data<amx::HardwareTiles>(route, sh, gy, w, gx);
 }
-void conv_backward_filter(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw, bfloat16* gbias) {
+void conv_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
+                          bfloat16* gbias) {
   check_in_use();
-  amx::tile_conv_backward_filter<amx::HardwareTiles>(sh, x, gy, gw, gbias);
+  amx::tile_conv2d_backward_filter<amx::HardwareTiles>(route, sh, x, gy, gw, gbias);
 }
 #else
-void conv_forward(const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
-void conv_backward_data(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
-void conv_backward_filter(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
 #endif
 
 }  // namespace tiles_amx

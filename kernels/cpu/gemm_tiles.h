@@ -1,13 +1,15 @@
-// The tile GEMM driver behind gemm_amx.h, written once over a tile type (amx::EmulatedTiles or
-// amx::HardwareTiles). A and B are packed into zero-padded copies (M, N and K rounded up to 32:
-// padding adds zero products, so tails need no code of their own); each 32 x 32 block of C is
-// four accumulator tiles, fed per 32 K values by two A tiles (16 rows x 32 BF16, straight from
-// the packed rows) and two B tiles (16 pairs of K x 16 columns, VNNI layout).
+// The tile GEMM, written once over a tile type (amx::EmulatedTiles, amx::HardwareTiles or
+// amx::Avx512Bf16Tiles): the block loop on packed operands (tile_gemm_blocks), the packers that
+// make those operands, and gemm()'s contract on top (tile_gemm). Operands are zero-padded to
+// multiples of 32 (padding adds zero products, so tails need no code of their own); each 32 x 32
+// block of C is four accumulator tiles, fed per 32 K values by two A tiles (16 rows x 32 BF16,
+// straight from the packed rows) and two B tiles (16 pairs of K x 16 columns, VNNI layout).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemm.h"
@@ -16,73 +18,157 @@
 
 namespace kernels::cpu::amx {
 
+// The four C tiles of a 32 x 32 block as one row-major 32 x 32 FP32 array (row pitch 32): tile
+// i holds rows 16 * (i / 2) and columns 16 * (i % 2) of the block.
+template <class Tiles> void store_block(Tiles& t, float* block) {
+  t.template store<0>(block, 128);
+  t.template store<1>(block + 16, 128);
+  t.template store<2>(block + 512, 128);
+  t.template store<3>(block + 528, 128);
+}
+template <class Tiles> void load_block(Tiles& t, const float* block) {
+  t.template load<0>(block, 128);
+  t.template load<1>(block + 16, 128);
+  t.template load<2>(block + 512, 128);
+  t.template load<3>(block + 528, 128);
+}
+template <class Tiles> void zero_block(Tiles& t) {
+  t.template zero<0>();
+  t.template zero<1>();
+  t.template zero<2>();
+  t.template zero<3>();
+}
+// Two A tiles (a and a + 16 rows of a_stride bytes), two B tiles (b0, b1; b_stride bytes a pair
+// row) into the four accumulators.
+template <class Tiles>
+void block_step(Tiles& t, const bfloat16* a0, const bfloat16* a1, int64_t a_stride, const bfloat16* b0,
+                const bfloat16* b1, int64_t b_stride) {
+  t.template load<4>(a0, a_stride);
+  t.template load<5>(a1, a_stride);
+  t.template load<6>(b0, b_stride);
+  t.template load<7>(b1, b_stride);
+  t.template dpbf16ps<0, 4, 6>();
+  t.template dpbf16ps<1, 4, 7>();
+  t.template dpbf16ps<2, 5, 6>();
+  t.template dpbf16ps<3, 5, 7>();
+}
+
+// C = A * B over 32 x 32 blocks, in parallel: A is Mp rows of Kp BF16 (row pitch lda elements),
+// B is Np / 16 VNNI blocks of Kp / 2 pair rows x 16 columns (block pitch Kp * 16). Mp, Np and Kp
+// are multiples of 32. Each finished block goes to store(i0, j0, block) (store_block's layout),
+// on the thread that computed it; blocks run row by row, so consecutive ones share A.
+template <class Tiles, class Store>
+void tile_gemm_blocks(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int64_t lda, const bfloat16* b,
+                      Store&& store) {
+  const int64_t blocks_n = Np / 32, blocks = Mp / 32 * blocks_n;
+#pragma omp parallel if (blocks > 1)
+  {
+    Tiles t;  // a tile configuration per thread
+    t.configure(gemm_tile_config());
+    alignas(64) float block[32 * 32];
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t i0 = blk / blocks_n * 32, j0 = blk % blocks_n * 32;
+      zero_block(t);
+      const bfloat16* a0 = a + i0 * lda;
+      const bfloat16* b0 = b + (j0 / 16) * (Kp * 16);
+      for (int64_t k0 = 0; k0 < Kp; k0 += 32)
+        block_step(t, a0 + k0, a0 + 16 * lda + k0, 2 * lda, b0 + k0 * 16, b0 + Kp * 16 + k0 * 16, kTileBytes);
+      store_block(t, block);
+      store(i0, j0, static_cast<const float*>(block));
+    }
+    t.release();
+  }
+}
+
+// ---- packers ---------------------------------------------------------------------------------
+// A: rows x cols of src (element (i, k) at src[i * ld + k], or at src[k * ld + i] when
+// `transposed`) into Mp rows of Kp, zero beyond.
+inline void pack_a(bool transposed, int64_t rows, int64_t cols, const bfloat16* src, int64_t ld, int64_t Mp,
+                   int64_t Kp, bfloat16* dst) {
+  const bfloat16 zero = bfloat16::from_bits(0);
+#pragma omp parallel for if (Mp * Kp > (1 << 16))
+  for (int64_t i = 0; i < Mp; ++i) {
+    bfloat16* d = dst + i * Kp;
+    int64_t k = 0;
+    if (i < rows) {
+      if (!transposed) {
+        std::memcpy(d, src + i * ld, sizeof(bfloat16) * cols);
+        k = cols;
+      } else {
+        for (; k < cols; ++k) d[k] = src[k * ld + i];
+      }
+    }
+    std::fill(d + k, d + Kp, zero);
+  }
+}
+
+// B in VNNI blocks from K x N data (element (k, n) at src[k * ld + n]): pair row k / 2 of block
+// n / 16 interleaves rows k and k + 1 of src.
+inline void pack_b_from_rows(int64_t K, int64_t N, const bfloat16* src, int64_t ld, int64_t Np, int64_t Kp,
+                             bfloat16* dst) {
+  const bfloat16 zero = bfloat16::from_bits(0);
+#pragma omp parallel for collapse(2) if (Np * Kp > (1 << 16))
+  for (int64_t jb = 0; jb < Np / 16; ++jb)
+    for (int64_t kk = 0; kk < Kp / 2; ++kk) {
+      bfloat16* d = dst + jb * Kp * 16 + kk * 32;
+      const int64_t k = 2 * kk;
+      for (int64_t c = 0; c < 16; ++c) {
+        const int64_t n = jb * 16 + c;
+        d[2 * c] = n < N && k < K ? src[k * ld + n] : zero;
+        d[2 * c + 1] = n < N && k + 1 < K ? src[(k + 1) * ld + n] : zero;
+      }
+    }
+}
+
+// B in VNNI blocks from N x K data (element (k, n) at src[n * ld + k]): a pair (k, k + 1) of
+// column n is already adjacent in src, so each pair row is 16 four-byte copies.
+inline void pack_b_from_columns(int64_t K, int64_t N, const bfloat16* src, int64_t ld, int64_t Np, int64_t Kp,
+                                bfloat16* dst) {
+  const bfloat16 zero = bfloat16::from_bits(0);
+#pragma omp parallel for collapse(2) if (Np * Kp > (1 << 16))
+  for (int64_t jb = 0; jb < Np / 16; ++jb)
+    for (int64_t kk = 0; kk < Kp / 2; ++kk) {
+      bfloat16* d = dst + jb * Kp * 16 + kk * 32;
+      const int64_t k = 2 * kk;
+      for (int64_t c = 0; c < 16; ++c) {
+        const int64_t n = jb * 16 + c;
+        const bfloat16* s = src + n * ld + k;
+        d[2 * c] = n < N && k < K ? s[0] : zero;
+        d[2 * c + 1] = n < N && k + 1 < K ? s[1] : zero;
+      }
+    }
+}
+
+// ---- gemm()'s contract ------------------------------------------------------------------------
 template <class Tiles, class Out>
 void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const bfloat16* A, int64_t lda,
                const bfloat16* B, int64_t ldb, double beta, Out* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  const int64_t Mp = round_up32(M), Np = round_up32(N), Kp = round_up32(std::max<int64_t>(K, 1));
-  // Packed A: Mp rows of Kp values; packed B: Np / 16 blocks of Kp / 2 rows of 16 pairs.
+  const int64_t Mp = round_up32(M), Np = round_up32(N);
+  const bool use_ab = alpha != 0.0 && K > 0;
+  // alpha == 0 or K == 0: A and B are not read; the packed operands are one zero K block.
+  const int64_t Kp = use_ab ? round_up32(K) : 32;
   bfloat16* ap = scratch<bfloat16>(6, Mp * Kp);  // slots the convolutions calling this leave free
   bfloat16* bp = scratch<bfloat16>(7, Np * Kp);
-  const bfloat16 zero = bfloat16::from_bits(0);
-  const bool use_ab = alpha != 0.0 && K > 0;
-#pragma omp parallel for if (Mp * Kp > (1 << 16))
-  for (int64_t i = 0; i < Mp; ++i)
-    for (int64_t k = 0; k < Kp; ++k)
-      ap[i * Kp + k] = (use_ab && i < M && k < K) ? (ta == Trans::N ? A[i * lda + k] : A[k * lda + i]) : zero;
-#pragma omp parallel for if (Np * Kp > (1 << 16))
-  for (int64_t j = 0; j < Np; ++j)
-    for (int64_t k = 0; k < Kp; ++k)
-      bp[(j / 16) * (Kp * 16) + vnni_index(k, j % 16)] =
-          (use_ab && j < N && k < K) ? (tb == Trans::N ? B[k * ldb + j] : B[j * ldb + k]) : zero;
-
-  const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
-  const int64_t blocks_m = Mp / 32, blocks_n = Np / 32;
-#pragma omp parallel if (blocks_m * blocks_n > 1)
-  {
-    Tiles t;  // a tile configuration per thread
-    t.configure(gemm_tile_config());
-    alignas(64) float cbuf[4][kTileRows * 16];
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks_m * blocks_n; ++blk) {
-      const int64_t i0 = (blk / blocks_n) * 32, j0 = (blk % blocks_n) * 32;
-      t.template zero<0>();
-      t.template zero<1>();
-      t.template zero<2>();
-      t.template zero<3>();
-      const bfloat16* b0 = bp + (j0 / 16) * (Kp * 16);
-      const bfloat16* b1 = b0 + Kp * 16;
-      for (int64_t k0 = 0; k0 < Kp; k0 += 32) {
-        t.template load<4>(ap + i0 * Kp + k0, 2 * Kp);
-        t.template load<5>(ap + (i0 + 16) * Kp + k0, 2 * Kp);
-        t.template load<6>(b0 + (k0 / 2) * 32, kTileBytes);
-        t.template load<7>(b1 + (k0 / 2) * 32, kTileBytes);
-        t.template dpbf16ps<0, 4, 6>();
-        t.template dpbf16ps<1, 4, 7>();
-        t.template dpbf16ps<2, 5, 6>();
-        t.template dpbf16ps<3, 5, 7>();
-      }
-      t.template store<0>(cbuf[0], 64);
-      t.template store<1>(cbuf[1], 64);
-      t.template store<2>(cbuf[2], 64);
-      t.template store<3>(cbuf[3], 64);
-      // C tile q covers rows i0 + 16 * (q / 2), columns j0 + 16 * (q % 2).
-      for (int q = 0; q < 4; ++q)
-        for (int r = 0; r < 16; ++r) {
-          const int64_t i = i0 + 16 * (q / 2) + r;
-          if (i >= M) break;
-          for (int c = 0; c < 16; ++c) {
-            const int64_t j = j0 + 16 * (q % 2) + c;
-            if (j >= N) break;
-            const float ab = fa * cbuf[q][r * 16 + c];
-            Out& out = C[i * ldc + j];
-            // An explicit FMA: both instantiations round the same, whatever contraction does.
-            out = from_acc<Out>(beta == 0.0 ? ab : std::fma(fb, static_cast<float>(out), ab));
-          }
-        }
-    }
-    t.release();
+  if (use_ab) {
+    pack_a(ta == Trans::T, M, K, A, lda, Mp, Kp, ap);
+    if (tb == Trans::N) pack_b_from_rows(K, N, B, ldb, Np, Kp, bp);
+    else pack_b_from_columns(K, N, B, ldb, Np, Kp, bp);
+  } else {
+    std::fill(ap, ap + Mp * Kp, bfloat16::from_bits(0));
+    std::fill(bp, bp + Np * Kp, bfloat16::from_bits(0));
   }
+  const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+  tile_gemm_blocks<Tiles>(Mp, Np, Kp, ap, Kp, bp, [&](int64_t i0, int64_t j0, const float* block) {
+    for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
+      for (int64_t c = 0; c < 32 && j0 + c < N; ++c) {
+        const float ab = fa * block[r * 32 + c];
+        Out& out = C[(i0 + r) * ldc + j0 + c];
+        // An explicit FMA: every instantiation rounds the same, whatever contraction does.
+        out = from_acc<Out>(beta == 0.0 ? ab : std::fma(fb, static_cast<float>(out), ab));
+      }
+  });
 }
 
 }  // namespace kernels::cpu::amx

@@ -45,17 +45,19 @@ static void check_in_use() {
 
 #if defined(KERNELS_AVX512_BF16_TILES)
 using Tiles = amx::Avx512Bf16Tiles;
-void conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias, bfloat16* y) {
+void conv_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
+                  bfloat16* y) {
   check_in_use();
-  amx::tile_conv_forward<Tiles>(sh, x, w, bias, y);
+  amx::tile_conv2d_forward<Tiles>(route, sh, x, w, bias, y);
 }
-void conv_backward_data(const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+void conv_backward_data(TileRoute route, const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
   check_in_use();
-  amx::tile_conv_backward_data<Tiles>(sh, gy, w, gx);
+  amx::tile_conv2d_backward_data<Tiles>(route, sh, gy, w, gx);
 }
-void conv_backward_filter(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw, bfloat16* gbias) {
+void conv_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
+                          bfloat16* gbias) {
   check_in_use();
-  amx::tile_conv_backward_filter<Tiles>(sh, x, gy, gw, gbias);
+  amx::tile_conv2d_backward_filter<Tiles>(route, sh, x, gy, gw, gbias);
 }
 template <class Out>
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const bfloat16* A, int64_t lda,
@@ -64,9 +66,9 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, con
   amx::tile_gemm<Tiles, Out>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #else
-void conv_forward(const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
-void conv_backward_data(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
-void conv_backward_filter(const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
 template <class Out>
 void gemm(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int64_t, const bfloat16*, int64_t, double,
           Out*, int64_t) {
