@@ -237,6 +237,16 @@ ENGINE_HD uint16_t float_to_bf16_bits_simd(float f) {
   return static_cast<uint16_t>(select_bits((x & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded));
 }
 
+// VCVTNEPS2BF16's rounding (Intel SDM): as float_to_bf16_bits, but a zero or FP32 denormal
+// input gives a zero of its sign. The tile kernels round their FP32 sums with it on every unit
+// (the instruction on AVX512-BF16 and AMX CPUs, this function in the emulation), so all units
+// store the same bits; the sums themselves are never denormal (the tile products flush them).
+ENGINE_HD uint16_t float_to_bf16_bits_ftz(float f) {
+  const uint32_t x = float_bits(f);
+  const bool tiny = (x & 0x7f800000u) == 0u;
+  return static_cast<uint16_t>(select_bits(tiny, (x >> 16) & 0x8000u, float_to_bf16_bits_simd(f)));
+}
+
 // ---- FP64 -> small binary formats -----------------------------------------------------------
 
 // Rounds a double straight to a format with EXP_BITS exponent and MAN_BITS mantissa bits

@@ -245,6 +245,27 @@ TEST_CASE("tile GEMM on emulated AMX tiles matches the double reference, tails a
       }
 }
 
+TEST_CASE("tile GEMM on emulated AMX tiles: K in several chunks and B in several column panels", "[amx]") {
+  // K 2100 runs as chunks of at most 1024 (the sums kept in FP32 between them), N 300 as panels
+  // of 256 columns (tile_gemm_blocks' cache blocking); against the double reference.
+  const int64_t M = 40, N = 300, K = 2100;
+  const std::vector<bfloat16> A = random_bf16(M * K, 24), B = random_bf16(K * N, 25);
+  std::vector<float> C(M * N);
+  kc::gemm_bf16_tiles_emulated<float>(kc::Trans::N, kc::Trans::N, M, N, K, 1.0, A.data(), K, B.data(), N, 0.0,
+                                      C.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(float(A[i * K + k])) * double(float(B[k * N + j]));
+        ref += p;
+        mag += std::fabs(p);
+      }
+      INFO("C[" << i << "][" << j << "]");
+      REQUIRE(std::fabs(C[i * N + j] - ref) <= (K + 1) * std::ldexp(1.0, -24) * mag);
+    }
+}
+
 TEST_CASE("tile GEMM: beta 0 never reads C, alpha 0 or K 0 reads neither A nor B", "[amx]") {
   std::vector<bfloat16> A = random_bf16(4 * 5, 31), B = random_bf16(5 * 6, 32);
   std::vector<float> C(4 * 6, std::nanf(""));

@@ -1,5 +1,5 @@
 // The AMX tile instructions behind EmulatedTiles' interface (amx_tiles.h). Their intrinsics
-// need the amx-tile/amx-bf16 target: include this only where that target is on, after every
+// need the amx-tile/amx-bf16 target (and avx512bf16 for the store): include this only where that target is on, after every
 // other header (kernels/cpu/gemm_amx_hw.cpp does), so no shared inline code is compiled for it.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/avx512_tile_helpers.h"
 
 namespace kernels::cpu::amx {
 
@@ -28,6 +29,12 @@ class HardwareTiles {
   template <int T> void store(void* base, int64_t stride) const;
   template <int C, int A, int B> void dpbf16ps();
   void release() { _tile_release(); }
+  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+    round_row_avx512_bf16(sum, bias, out, n);
+  }
+  static void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+    transpose32_avx512(src, src_stride, dst, dst_stride);
+  }
 };
 #define KERNELS_AMX_TILE(N)                                                                               \
   template <> inline void HardwareTiles::zero<N>() { _tile_zero(N); }                                     \

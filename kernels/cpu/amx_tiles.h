@@ -106,6 +106,17 @@ class EmulatedTiles {
     for (int m = cfg_.rows[C]; m < kTileRows; ++m) std::memset(t_[C][m], 0, kTileBytes);  // zero_upper_rows
   }
   void release() {}
+  // The tile kernels' store: n <= 32 FP32 sums plus bias (may be null), rounded to BF16 as
+  // VCVTNE2PS2BF16 does on the hardware units (float_to_bf16_bits_ftz).
+  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+    uint16_t* o = reinterpret_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_ftz(bias ? sum[i] + bias[i] : sum[i]);
+  }
+  // dst[j][i] = src[i][j] for 32 x 32 16-bit values (row strides in elements).
+  static void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+    for (int j = 0; j < 32; ++j)
+      for (int i = 0; i < 32; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
 
  private:
   TileConfig cfg_;

@@ -46,16 +46,6 @@ inline int64_t omp_threads() {
 #endif
 }
 
-// n FP32 sums (plus bias, may be null) rounded to BF16; branch-free, so the loop vectorises.
-inline void round_row_bf16(const float* sum, const float* bias, bfloat16* out, int64_t n) {
-  uint16_t* o = reinterpret_cast<uint16_t*>(out);
-  if (bias) {
-    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_simd(sum[i] + bias[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_simd(sum[i]);
-  }
-}
-
 // Images per chunk of a pass whose operands take `per_image` bytes an image: the chunk's
 // operands stay in the L2 caches while every task reads them. The tests lower chunk_bytes to
 // run one image a chunk.
@@ -159,7 +149,7 @@ void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, co
         const int64_t q = q0 + r, oh = q / g.qw, ow = q % g.qw;
         if (q >= g.q) break;
         if (ow >= ow_n) continue;  // a wrapped pixel
-        round_row_bf16(block + r * 32, bias ? bias + k0 : nullptr, y + ((b * oh_n + oh) * ow_n + ow) * sh.k + k0, cn);
+        Tiles::round_row(block + r * 32, bias ? bias + k0 : nullptr, y + ((b * oh_n + oh) * ow_n + ow) * sh.k + k0, cn);
       }
     }
     t.release();
@@ -214,129 +204,148 @@ void tile_conv_backward_data(const ConvShape& sh, const bfloat16* gy, const bflo
   tile_conv_forward_packed<Tiles>(f, g, gyp, wp, nullptr, gx);
 }
 
-// One image's input, channel-major in `stride` phases: xt[f][ci][m] = padded pixel stride * m + f
-// of channel ci (zero outside the image and for ci >= c), m < lm. Read straight from the NHWC
-// image in blocks of 32 pixels x 32 channels, each turned around in L1.
-inline void transpose_to_phases(const ConvShape& sh, const TileConvGeometry& g, int64_t lm, const bfloat16* x,
-                                bfloat16* xt) {
-  const int64_t s = sh.stride;
-  alignas(64) uint16_t blk[32][32];  // [pixel][channel]
-  for (int64_t f = 0; f < s; ++f)
-    for (int64_t m0 = 0; m0 < lm; m0 += 32) {
-      const int64_t mn = std::min<int64_t>(32, lm - m0);
-      for (int64_t c0 = 0; c0 < g.cp; c0 += 32) {
-        const int64_t cn = std::clamp<int64_t>(sh.c - c0, 0, 32);
-        for (int64_t i = 0; i < mn; ++i) {
-          const int64_t p = s * (m0 + i) + f, ih = p / g.wp - sh.pad, iw = p % g.wp - sh.pad;
-          int64_t done = 0;
-          if (p < g.plane && ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) {
-            std::memcpy(blk[i], x + (ih * sh.w + iw) * sh.c + c0, sizeof(uint16_t) * cn);
-            done = cn;
-          }
-          std::memset(blk[i] + done, 0, sizeof(uint16_t) * (32 - done));
-        }
-        uint16_t* out = reinterpret_cast<uint16_t*>(xt) + (f * g.cp + c0) * lm + m0;
-        for (int64_t j = 0; j < 32; ++j)
-          for (int64_t i = 0; i < mn; ++i) out[j * lm + i] = blk[i][j];
-      }
-    }
-}
-
-// One image's gy in VNNI pairs of flat pixels: gv[q / 2][co][q % 2] for q < qp, co < kp, zero at
-// wrapped and padding pixels (so the x values they meet add nothing). Adds the image's gy into
-// bias_sum[k] (FP32, pixel order) when it is not null.
-inline void pair_output_gradient(const ConvShape& sh, const TileConvGeometry& g, const bfloat16* gy, bfloat16* gv,
-                                 float* bias_sum) {
+// The filter gradient's operands for one image, all tile rows 64-byte aligned (an unaligned row
+// costs a tile load several times over).
+// A: gy transposed, gyt[co][q] for co < kp and the flat pixels q < qp (zero where q is a wrapped
+// or padding pixel), turned around 32 pixels x 32 channels at a time: here the 32 pixels from q0.
+// Adds their gy into bias_sum[k] (FP32, pixel order) when that is not null.
+template <class Tiles>
+void transpose_output_gradient(const ConvShape& sh, const TileConvGeometry& g, const bfloat16* gy, int64_t q0,
+                               bfloat16* gyt, float* bias_sum) {
   const int64_t ow_n = sh.out_w();
   const uint16_t* src = reinterpret_cast<const uint16_t*>(gy);
-  uint16_t* dst = reinterpret_cast<uint16_t*>(gv);
-  for (int64_t q = 0; q < g.qp; q += 2) {
-    const uint16_t* row[2] = {nullptr, nullptr};
-    for (int h = 0; h < 2; ++h) {
-      const int64_t oh = (q + h) / g.qw, ow = (q + h) % g.qw;
-      if (q + h < g.q && ow < ow_n) row[h] = src + (oh * ow_n + ow) * sh.k;
-    }
-    uint16_t* d = dst + q * g.kp;  // pair row q / 2: kp pairs
-    for (int h = 0; h < 2; ++h) {
-      if (row[h]) {
-        for (int64_t co = 0; co < sh.k; ++co) d[2 * co + h] = row[h][co];
+  alignas(64) uint16_t blk[32][32];  // [pixel][channel]
+  if (bias_sum) std::fill(bias_sum, bias_sum + sh.k, 0.f);
+  for (int64_t c0 = 0; c0 < g.kp; c0 += 32) {
+    const int64_t cn = std::clamp<int64_t>(sh.k - c0, 0, 32);
+    for (int64_t i = 0; i < 32; ++i) {
+      const int64_t q = q0 + i, oh = q / g.qw, ow = q % g.qw;
+      int64_t done = 0;
+      if (q < g.q && ow < ow_n) {
+        const uint16_t* row = src + (oh * ow_n + ow) * sh.k + c0;
+        std::memcpy(blk[i], row, sizeof(uint16_t) * cn);
         if (bias_sum)
-          for (int64_t co = 0; co < sh.k; ++co) bias_sum[co] += bf16_bits_to_float(row[h][co]);
-      } else {
-        for (int64_t co = 0; co < sh.k; ++co) d[2 * co + h] = 0;
+          for (int64_t c = 0; c < cn; ++c) bias_sum[c0 + c] += bf16_bits_to_float(row[c]);
+        done = cn;
       }
+      std::memset(blk[i] + done, 0, sizeof(uint16_t) * (32 - done));
     }
-    std::memset(d + 2 * sh.k, 0, sizeof(uint16_t) * 2 * (g.kp - sh.k));
+    Tiles::transpose32(&blk[0][0], 32, reinterpret_cast<uint16_t*>(gyt) + c0 * g.qp + q0, g.qp);
   }
 }
 
-// The filter gradient: for each tap, gw[:, tap, :]^T = X_tap^T * GY, summed over every pixel of
-// every image. A = the input, channel-major so that 32 consecutive pixels of one channel are one
-// tile row: split into `stride` phases (padded pixels stride * m + f), so that the pixels
-// stride * q + off of a tap are consecutive m in phase off % stride. B = gy in VNNI pairs of
-// pixels, zero at wrapped and padding pixels. The images go in chunks whose operands fit in L2:
-// each task (tap, 32 input channels, 32 output channels) keeps its sums in FP32 between chunks
-// and adds the images in one fixed order, so the bits do not depend on the thread count.
+// B: the padded input in VNNI pairs. The pixels a tap reads for flat outputs q are
+// stride * q + off = stride * m + f with m = q + off / stride, f = off % stride; two consecutive q
+// are two consecutive m of phase f. Pair row pr of (phase f, parity e) holds the padded pixels
+// stride * (2 pr + e + h) + f, h = 0, 1, channels interleaved: xv[((f * 2 + e) * pairs + pr) *
+// 2 cp + 2 c + h]; a tap whose m starts at parity e reads parity e, so every pair row it needs is
+// whole.
+inline int64_t input_pairs(const TileConvGeometry& g, int64_t stride) {
+  return (g.plane + stride - 1) / stride / 2 + 1;  // pair rows per phase and parity
+}
+// Pair rows [pr0, pr1) of (phase f, parity e) of one image.
+inline void pair_input(const ConvShape& sh, const TileConvGeometry& g, const bfloat16* x, int64_t f, int64_t e,
+                       int64_t pr0, int64_t pr1, bfloat16* xv) {
+  const int64_t s = sh.stride, pairs = input_pairs(g, s);
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(x);
+  uint16_t* out = reinterpret_cast<uint16_t*>(xv);
+  for (int64_t pr = pr0; pr < pr1; ++pr) {
+    uint16_t* d = out + ((f * 2 + e) * pairs + pr) * 2 * g.cp;
+    const uint16_t* row[2] = {nullptr, nullptr};
+    for (int h = 0; h < 2; ++h) {
+      const int64_t p = s * (2 * pr + e + h) + f, ih = p / g.wp - sh.pad, iw = p % g.wp - sh.pad;
+      if (p < g.plane && ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) row[h] = src + (ih * sh.w + iw) * sh.c;
+    }
+    if (row[0] && row[1]) {
+      for (int64_t c = 0; c < sh.c; ++c) {
+        d[2 * c] = row[0][c];
+        d[2 * c + 1] = row[1][c];
+      }
+    } else {
+      for (int64_t c = 0; c < sh.c; ++c) {
+        d[2 * c] = row[0] ? row[0][c] : 0;
+        d[2 * c + 1] = row[1] ? row[1][c] : 0;
+      }
+    }
+    std::memset(d + 2 * sh.c, 0, sizeof(uint16_t) * 2 * (g.cp - sh.c));
+  }
+}
+
+// The filter gradient: for each tap, gw[:, tap, :] = GY^T * X_tap, summed over every pixel of
+// every image: A = gy transposed (32 output channels x 32 pixels a step), B = the input pixels the
+// tap reads, in VNNI pairs (pair_input). Wrapped pixels are zero in A, so the input values they
+// meet add nothing. The images go in chunks whose operands fit in L2: each task (32 output
+// channels, tap, 32 input channels) keeps its sums in FP32 between chunks and adds the images in
+// one fixed order, so the bits do not depend on the thread count.
 template <class Tiles>
 void tile_conv_backward_filter(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
                                bfloat16* gbias) {
   const TileConvGeometry g = tile_conv_geometry(sh);
-  const int64_t s = sh.stride, lm = (g.plane + s - 1) / s, oh_n = sh.out_h(), ow_n = sh.out_w();
-  const int64_t xt_image = s * g.cp * lm, gv_image = g.qp * g.kp;
-  const int64_t chunk = tile_images_per_chunk(sh.n, 2 * (xt_image + gv_image));
-  const int64_t blocks_c = g.cp / 32, blocks_k = g.kp / 32, tasks = g.taps * blocks_c * blocks_k;
-  // Scratch slots: 1 the chunk's input phases, 2 its gy pairs, 3 the tasks' FP32 sums, 4 the
-  // per-image bias sums.
-  bfloat16* xt = scratch<bfloat16>(1, chunk * xt_image);
-  bfloat16* gv = scratch<bfloat16>(2, chunk * gv_image);
+  const int64_t s = sh.stride, pairs = input_pairs(g, s), oh_n = sh.out_h(), ow_n = sh.out_w();
+  const int64_t xv_image = s * 2 * pairs * 2 * g.cp, gyt_image = g.kp * g.qp;
+  const int64_t chunk = tile_images_per_chunk(sh.n, 2 * (xv_image + gyt_image));
+  const int64_t blocks_c = g.cp / 32, blocks_k = g.kp / 32, tasks = blocks_k * g.taps * blocks_c;
+  const int64_t blocks_q = g.qp / 32, pair_pieces = 2 * s * ((pairs + 31) / 32);
+  // Scratch slots: 1 the chunk's paired input, 2 its transposed gy, 3 the tasks' FP32 sums, 4 the
+  // bias sums of each image's 32-pixel blocks.
+  bfloat16* xv = scratch<bfloat16>(1, chunk * xv_image);
+  bfloat16* gyt = scratch<bfloat16>(2, chunk * gyt_image);
   float* sums = scratch<float>(3, tasks * 1024);
-  float* bias_sums = gbias ? scratch<float>(4, sh.n * sh.k) : nullptr;
-  if (bias_sums) std::fill(bias_sums, bias_sums + sh.n * sh.k, 0.f);
-  const int64_t a_stride = lm * 2, b_stride = g.kp * 4;  // bytes from one tile row to the next
+  float* bias_sums = gbias ? scratch<float>(4, sh.n * blocks_q * sh.k) : nullptr;
+  const int64_t a_stride = g.qp * 2, b_stride = g.cp * 4;  // bytes from one tile row to the next
 
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
     const int64_t nb = std::min(chunk, sh.n - b0);
-#pragma omp parallel for if (nb > 1)
-    for (int64_t b = 0; b < nb; ++b) {
-      transpose_to_phases(sh, g, lm, x + (b0 + b) * sh.h * sh.w * sh.c, xt + b * xt_image);
-      pair_output_gradient(sh, g, gy + (b0 + b) * oh_n * ow_n * sh.k, gv + b * gv_image,
-                           bias_sums ? bias_sums + (b0 + b) * sh.k : nullptr);
+    // The chunk's operands, in pieces of 32 pixels (gy) and 32 pair rows (x) over all threads.
+#pragma omp parallel
+    {
+#pragma omp for collapse(2) schedule(static) nowait
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t qb = 0; qb < blocks_q; ++qb)
+          transpose_output_gradient<Tiles>(sh, g, gy + (b0 + b) * oh_n * ow_n * sh.k, qb * 32, gyt + b * gyt_image,
+                                           bias_sums ? bias_sums + ((b0 + b) * blocks_q + qb) * sh.k : nullptr);
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t piece = 0; piece < pair_pieces; ++piece) {
+          const int64_t fe = piece / ((pairs + 31) / 32), pr0 = piece % ((pairs + 31) / 32) * 32;
+          pair_input(sh, g, x + (b0 + b) * sh.h * sh.w * sh.c, fe / 2, fe % 2, pr0, std::min(pairs, pr0 + 32),
+                     xv + b * xv_image);
+        }
     }
 #pragma omp parallel if (tasks > 1)
     {
       Tiles t;
       t.configure(gemm_tile_config());
 #pragma omp for schedule(static)
-      for (int64_t task = 0; task < tasks; ++task) {
-        const int64_t tap = task / (blocks_c * blocks_k), c0 = (task / blocks_k) % blocks_c * 32,
-                      k0 = task % blocks_k * 32;
-        const int64_t off = (tap / sh.s) * g.wp + tap % sh.s;
+      for (int64_t task = 0; task < tasks; ++task) {  // consecutive tasks share A
+        const int64_t k0 = task / (g.taps * blocks_c) * 32, tap = task / blocks_c % g.taps, c0 = task % blocks_c * 32;
+        const int64_t off = (tap / sh.s) * g.wp + tap % sh.s, f = off % s, m0 = off / s, e = m0 % 2;
         float* sum = sums + task * 1024;
         if (b0 == 0) zero_block(t);
         else load_block(t, sum);
         for (int64_t b = 0; b < nb; ++b) {
-          const bfloat16* a = xt + b * xt_image + ((off % s) * g.cp + c0) * lm + off / s;
-          const bfloat16* bb = gv + b * gv_image + k0 * 2;
+          const bfloat16* a = gyt + b * gyt_image + k0 * g.qp;
+          const bfloat16* bv = xv + b * xv_image + ((f * 2 + e) * pairs + (m0 - e) / 2) * 2 * g.cp + 2 * c0;
           for (int64_t q0 = 0; q0 < g.qp; q0 += 32)
-            block_step(t, a + q0, a + 16 * lm + q0, a_stride, bb + q0 * g.kp, bb + q0 * g.kp + 32, b_stride);
+            block_step(t, a + q0, a + 16 * g.qp + q0, a_stride, bv + q0 * g.cp, bv + q0 * g.cp + 32, b_stride);
         }
         store_block(t, sum);
       }
       t.release();
     }
   }
-  // Task block row r: input channel c0 + r; column j: output channel k0 + j.
+  // Task block row r: output channel k0 + r; column j: input channel c0 + j.
   for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t tap = task / (blocks_c * blocks_k), c0 = (task / blocks_k) % blocks_c * 32, k0 = task % blocks_k * 32;
+    const int64_t k0 = task / (g.taps * blocks_c) * 32, tap = task / blocks_c % g.taps, c0 = task % blocks_c * 32;
     const float* sum = sums + task * 1024;
-    for (int64_t r = 0; r < 32 && c0 + r < sh.c; ++r)
-      for (int64_t j = 0; j < 32 && k0 + j < sh.k; ++j)
-        gw[((k0 + j) * g.taps + tap) * sh.c + c0 + r] = from_acc<bfloat16>(sum[r * 32 + j]);
+    for (int64_t r = 0; r < 32 && k0 + r < sh.k; ++r)
+      for (int64_t j = 0; j < 32 && c0 + j < sh.c; ++j)
+        gw[((k0 + r) * g.taps + tap) * sh.c + c0 + j] = from_acc<bfloat16>(sum[r * 32 + j]);
   }
-  if (gbias) {  // the images' FP32 sums added in image order
+  if (gbias) {  // the 32-pixel blocks' FP32 sums added in order, image by image
     for (int64_t co = 0; co < sh.k; ++co) {
       float acc = 0.f;
-      for (int64_t b = 0; b < sh.n; ++b) acc += bias_sums[b * sh.k + co];
+      for (int64_t i = 0; i < sh.n * blocks_q; ++i) acc += bias_sums[i * sh.k + co];
       gbias[co] = from_acc<bfloat16>(acc);
     }
   }
@@ -414,7 +423,7 @@ void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfl
     tile_gemm_blocks<Tiles>(Mp, Np, Kp, col, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
       const int64_t cn = std::min<int64_t>(32, sh.k - j0);
       for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
-        round_row_bf16(block + r * 32, fb ? fb + j0 : nullptr, yc + (i0 + r) * sh.k + j0, cn);
+        Tiles::round_row(block + r * 32, fb ? fb + j0 : nullptr, yc + (i0 + r) * sh.k + j0, cn);
     });
   }
 }
@@ -440,7 +449,7 @@ void tile_conv_backward_data_columns(const ConvShape& sh, const bfloat16* gy, co
       bfloat16* gxc = gx + b0 * image;
       tile_gemm_blocks<Tiles>(Mp, Np, Kp, a, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
         const int64_t cn = std::min<int64_t>(32, sh.c - j0);
-        for (int64_t r = 0; r < 32 && i0 + r < M; ++r) round_row_bf16(block + r * 32, nullptr, gxc + (i0 + r) * sh.c + j0, cn);
+        for (int64_t r = 0; r < 32 && i0 + r < M; ++r) Tiles::round_row(block + r * 32, nullptr, gxc + (i0 + r) * sh.c + j0, cn);
       });
       continue;
     }
@@ -471,7 +480,8 @@ void tile_conv_backward_data_columns(const ConvShape& sh, const bfloat16* gy, co
             }
           }
         }
-      round_row_bf16(gxb, nullptr, gx + (b0 + b) * image, image);
+      for (int64_t i = 0; i < image; i += 32)
+        Tiles::round_row(gxb + i, nullptr, gx + (b0 + b) * image + i, std::min<int64_t>(32, image - i));
     }
   }
 }

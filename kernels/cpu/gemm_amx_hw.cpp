@@ -24,7 +24,7 @@
 // The driver's template is defined after the pragma, so its instantiation on HardwareTiles is
 // compiled for AMX and the tile instructions inline into it; it stays on to the end of the file.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#pragma GCC target("amx-tile,amx-bf16")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")
 #include "kernels/cpu/amx_hw_tiles.h"
 #include "kernels/cpu/conv_tiles.h"
 #include "kernels/cpu/gemm_tiles.h"

@@ -44,11 +44,11 @@ template <class Tiles>
 void block_step(Tiles& t, const bfloat16* a0, const bfloat16* a1, int64_t a_stride, const bfloat16* b0,
                 const bfloat16* b1, int64_t b_stride) {
   t.template load<4>(a0, a_stride);
-  t.template load<5>(a1, a_stride);
   t.template load<6>(b0, b_stride);
-  t.template load<7>(b1, b_stride);
   t.template dpbf16ps<0, 4, 6>();
+  t.template load<7>(b1, b_stride);
   t.template dpbf16ps<1, 4, 7>();
+  t.template load<5>(a1, a_stride);
   t.template dpbf16ps<2, 5, 6>();
   t.template dpbf16ps<3, 5, 7>();
 }
@@ -56,26 +56,45 @@ void block_step(Tiles& t, const bfloat16* a0, const bfloat16* a1, int64_t a_stri
 // C = A * B over 32 x 32 blocks, in parallel: A is Mp rows of Kp BF16 (row pitch lda elements),
 // B is Np / 16 VNNI blocks of Kp / 2 pair rows x 16 columns (block pitch Kp * 16). Mp, Np and Kp
 // are multiples of 32. Each finished block goes to store(i0, j0, block) (store_block's layout),
-// on the thread that computed it; blocks run row by row, so consecutive ones share A.
+// on the thread that computed it. Cache blocking: B is taken in panels of columns and chunks of
+// K of at most kPanelBytes, which every row block then reuses from L2 (rows run in order, so
+// consecutive blocks share A); across K chunks each block's sums wait in FP32 in scratch slot 8.
 template <class Tiles, class Store>
 void tile_gemm_blocks(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int64_t lda, const bfloat16* b,
                       Store&& store) {
-  const int64_t blocks_n = Np / 32, blocks = Mp / 32 * blocks_n;
-#pragma omp parallel if (blocks > 1)
+  constexpr int64_t kPanelBytes = int64_t(1) << 19, kMaxKc = 1024;
+  const int64_t kc = std::min(Kp, kMaxKc);
+  const int64_t nc = std::clamp<int64_t>(kPanelBytes / (2 * kc) / 32 * 32, 32, Np);
+  const int64_t blocks_m = Mp / 32;
+  float* partial = Kp > kc ? scratch<float>(8, Mp * nc) : nullptr;
+#pragma omp parallel if (blocks_m * Np / 32 > 1)
   {
     Tiles t;  // a tile configuration per thread
     t.configure(gemm_tile_config());
     alignas(64) float block[32 * 32];
+    for (int64_t n0 = 0; n0 < Np; n0 += nc) {
+      const int64_t blocks_n = std::min(nc, Np - n0) / 32, blocks = blocks_m * blocks_n;
+      for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
+        const int64_t k1 = std::min(Kp, k0 + kc);
+        const bool first = k0 == 0, last = k1 == Kp;
 #pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t i0 = blk / blocks_n * 32, j0 = blk % blocks_n * 32;
-      zero_block(t);
-      const bfloat16* a0 = a + i0 * lda;
-      const bfloat16* b0 = b + (j0 / 16) * (Kp * 16);
-      for (int64_t k0 = 0; k0 < Kp; k0 += 32)
-        block_step(t, a0 + k0, a0 + 16 * lda + k0, 2 * lda, b0 + k0 * 16, b0 + Kp * 16 + k0 * 16, kTileBytes);
-      store_block(t, block);
-      store(i0, j0, static_cast<const float*>(block));
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t i0 = blk / blocks_n * 32, j0 = n0 + blk % blocks_n * 32;
+          float* part = partial ? partial + blk * 1024 : nullptr;
+          if (first) zero_block(t);
+          else load_block(t, part);
+          const bfloat16* a0 = a + i0 * lda;
+          const bfloat16* b0 = b + (j0 / 16) * (Kp * 16);
+          for (int64_t k = k0; k < k1; k += 32)
+            block_step(t, a0 + k, a0 + 16 * lda + k, 2 * lda, b0 + k * 16, b0 + Kp * 16 + k * 16, kTileBytes);
+          if (last) {
+            store_block(t, block);
+            store(i0, j0, static_cast<const float*>(block));
+          } else {
+            store_block(t, part);
+          }
+        }  // the implied barrier: the next K chunk loads these sums
+      }
     }
     t.release();
   }

@@ -14,8 +14,9 @@
 namespace kernels::cpu {
 
 // Buffers one kernel call may hold at once; calls into these kernels never nest, except that
-// the convolutions (slots 0-5) call the matrix products: the AMX tile GEMM packs into 6 and 7.
-constexpr int kScratchSlots = 8;
+// the convolutions (slots 0-5) call the matrix products: the tile GEMM packs into 6 and 7, and
+// its block loop keeps sums between K chunks in 8.
+constexpr int kScratchSlots = 9;
 
 namespace detail {
 struct ScratchSlots {
