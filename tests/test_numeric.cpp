@@ -394,6 +394,22 @@ TEST_CASE("bfloat16: the branch-free (SIMD) rounding gives the same bits", "[num
   CHECK(kernels::store_simd<kernels::bfloat16>(1.0f + 0x1p-8f).bits == 0x3f80);  // tie -> even
 }
 
+TEST_CASE("bfloat16: the tile kernels' rounding flushes FP32 denormals, as VCVTNEPS2BF16 does", "[numeric]") {
+  // Intel's definition of convert_fp32_to_bfloat16: a zero or denormal input gives a zero of its
+  // sign; everything else (NaN, inf, normal) rounds as float_to_bf16_bits.
+  for (uint32_t x : {0x00000001u, 0x007fffffu, 0x00400000u, 0x80000001u, 0x807fffffu, 0x00000000u, 0x80000000u})
+    CHECK(kernels::float_to_bf16_bits_ftz(float_from_bits(x)) == ((x >> 16) & 0x8000u));
+  Failures fails;
+  for (float f : random_floats(1 << 20, 1818)) {
+    const uint32_t x = kernels::float_bits(f);
+    if ((x & 0x7f800000u) != 0 && kernels::float_to_bf16_bits_ftz(f) != float_to_bf16_bits(f)) fails.add(hex(x));
+  }
+  for (uint32_t x : {0x00800000u, 0x80800000u, 0x7f800000u, 0x7f800001u, 0xffc00000u, 0x7f7fffffu, 0x3f808000u})
+    if (kernels::float_to_bf16_bits_ftz(float_from_bits(x)) != float_to_bf16_bits(float_from_bits(x))) fails.add(hex(x));
+  INFO(fails.first);
+  CHECK(fails.count == 0);
+}
+
 TEST_CASE("bfloat16: rounding cases", "[numeric]") {
   const float u = 0x1p-8f;  // half an ulp at 1
   CHECK(float_to_bf16_bits(1.0f + u) == 0x3f80);           // tie -> even

@@ -76,6 +76,22 @@ void conv2d_backward_filter_bf16_tiles(TileUnit unit, const ConvShape& sh, const
   }
 }
 
+void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n) {
+  ENGINE_CHECK(n >= 0 && n <= 32, "tile_round_row takes 0 to 32 values, not " << n);
+  switch (unit) {
+    case TileUnit::Emulated: return amx::EmulatedTiles::round_row(sum, bias, out, n);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::round_row(sum, bias, out, n);
+    case TileUnit::Amx: return tiles_amx::round_row(sum, bias, out, n);
+  }
+}
+void tile_transpose32(TileUnit unit, const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  switch (unit) {
+    case TileUnit::Emulated: return amx::EmulatedTiles::transpose32(src, src_stride, dst, dst_stride);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::transpose32(src, src_stride, dst, dst_stride);
+    case TileUnit::Amx: return tiles_amx::transpose32(src, src_stride, dst, dst_stride);
+  }
+}
+
 template <class Out>
 void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
                      const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, double beta, Out* C, int64_t ldc) {

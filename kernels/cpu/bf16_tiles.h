@@ -53,8 +53,15 @@ template <class Out>
 void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
                      const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, double beta, Out* C, int64_t ldc);
 
+// Each unit's store (n <= 32 FP32 sums plus bias rounded to BF16) and 32 x 32 transpose of
+// 16-bit values: what the kernels use around the tiles, here for the tests.
+void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n);
+void tile_transpose32(TileUnit unit, const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride);
+
 // The per-unit entries behind the dispatch (the hardware ones check the unit is in use).
 namespace tiles_avx512_bf16 {
+void round_row(const float*, const float*, bfloat16*, int64_t);
+void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
@@ -63,6 +70,8 @@ void gemm(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int6
           Out*, int64_t);
 }  // namespace tiles_avx512_bf16
 namespace tiles_amx {
+void round_row(const float*, const float*, bfloat16*, int64_t);
+void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);

@@ -66,6 +66,14 @@ static void check_in_use() {
                "the AMX convolution called where the ISA in use is " << cpu_isa_name(cpu_isa()));
 }
 #if defined(KERNELS_AMX_HARDWARE)
+void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+  check_in_use();
+  amx::HardwareTiles::round_row(sum, bias, out, n);
+}
+void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  check_in_use();
+  amx::HardwareTiles::transpose32(src, src_stride, dst, dst_stride);
+}
 void conv_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
                   bfloat16* y) {
   check_in_use();
@@ -81,6 +89,8 @@ void conv_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* 
   amx::tile_conv2d_backward_filter<amx::HardwareTiles>(route, sh, x, gy, gw, gbias);
 }
 #else
+void round_row(const float*, const float*, bfloat16*, int64_t) { check_in_use(); }
+void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t) { check_in_use(); }
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }

@@ -45,6 +45,14 @@ static void check_in_use() {
 
 #if defined(KERNELS_AVX512_BF16_TILES)
 using Tiles = amx::Avx512Bf16Tiles;
+void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+  check_in_use();
+  Tiles::round_row(sum, bias, out, n);
+}
+void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  check_in_use();
+  Tiles::transpose32(src, src_stride, dst, dst_stride);
+}
 void conv_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
                   bfloat16* y) {
   check_in_use();
@@ -66,6 +74,8 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, con
   amx::tile_gemm<Tiles, Out>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #else
+void round_row(const float*, const float*, bfloat16*, int64_t) { check_in_use(); }
+void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t) { check_in_use(); }
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
