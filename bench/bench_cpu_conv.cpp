@@ -60,11 +60,20 @@ int main(int argc, char** argv) {
   const Layer layers[] = {
       {"simplecnn conv1 3->16", batch, 32, 32, 3, 16, 3, 1, 1},
       {"simplecnn conv2 16->32", batch, 16, 16, 16, 32, 3, 1, 1},
+      {"resnet stem 3->64", batch, 32, 32, 3, 64, 3, 1, 1},
       {"resnet 64->64 3x3", batch, 32, 32, 64, 64, 3, 1, 1},
       {"resnet 128->128 3x3", batch, 16, 16, 128, 128, 3, 1, 1},
       {"resnet 64->128 1x1 s2", batch, 32, 32, 64, 128, 1, 2, 0},
       {"resnet 256->256 3x3", batch, 8, 8, 256, 256, 3, 1, 1},
       {"resnet 512->512 3x3", batch, 4, 4, 512, 512, 3, 1, 1},
+      // resnet18's downsampling convolutions and resnet9's widening ones
+      {"resnet18 64->128 3x3 s2", batch, 32, 32, 64, 128, 3, 2, 1},
+      {"resnet18 128->256 3x3 s2", batch, 16, 16, 128, 256, 3, 2, 1},
+      {"resnet18 256->512 3x3 s2", batch, 8, 8, 256, 512, 3, 2, 1},
+      {"resnet18 256->512 1x1 s2", batch, 8, 8, 256, 512, 1, 2, 0},
+      {"resnet9 64->128 3x3", batch, 32, 32, 64, 128, 3, 1, 1},
+      {"resnet9 128->256 3x3", batch, 16, 16, 128, 256, 3, 1, 1},
+      {"resnet9 256->512 3x3", batch, 8, 8, 256, 512, 3, 1, 1},
   };
   const int reps = quick ? 3 : 7;
   engine::manual_seed(1);

@@ -1,5 +1,7 @@
 // Benchmark of kernels::cpu::gemm: GFLOP/s at the shapes our CNN produces (im2col convs,
 // classifier) and square sizes, per storage type; optionally side by side with OpenBLAS sgemm.
+// BF16 runs on the CPU's BF16 unit where it has one (AMX, AVX512-BF16): those rows also give
+// GFLOP/s per core against the unit's peak (dpbf16ps on resident tiles, measured here first).
 //   bench_cpu_gemm [--quick] [--json FILE]
 // Build with -DENGINE_HAVE_OPENBLAS and link openblas for the comparison column. Debian's
 // OpenBLAS 0.3.21 runs its AVX2 (Haswell) kernels on Zen 4/5; OPENBLAS_CORETYPE=SkylakeX
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/numeric.h"
@@ -155,6 +158,16 @@ int main(int argc, char** argv) {
   std::printf("OpenBLAS comparison not built (-DENGINE_HAVE_OPENBLAS and -lopenblas)\n");
 #endif
 
+  kernels::cpu::TileUnit unit;
+  double unit_peak = 0;  // GFLOP/s per core of the BF16 unit, 0 without one
+  if (kernels::cpu::bf16_tile_unit(&unit)) {
+    unit_peak = kernels::cpu::tile_peak_gflops(unit);
+    std::printf("BF16 unit: %s, peak %.0f GFLOP/s per core (dpbf16ps on resident tiles)\n",
+                kernels::cpu::tile_unit_name(unit), unit_peak);
+  } else {
+    std::printf("BF16 unit: none (BF16 runs widened to FP32)\n");
+  }
+
   std::vector<Result> results;
   for (const Shape& s : kShapes) results.push_back(run_one<float>("fp32", s, reps, min_s, true));
   // Other types: FP64 for gradient checks, FP16/BF16 storage with FP32 accumulation.
@@ -165,15 +178,19 @@ int main(int argc, char** argv) {
     results.push_back(run_one<kernels::bfloat16>("bf16", s, reps, min_s, false));
   }
 
-  std::printf("%-5s %-27s %2s %6s %5s %6s %9s %9s %6s\n", "dtype", "shape", "op", "M", "N", "K",
-              "GFLOP/s", "OpenBLAS", "ratio");
+  std::printf("%-5s %-27s %2s %6s %5s %6s %9s %9s %6s %13s\n", "dtype", "shape", "op", "M", "N", "K",
+              "GFLOP/s", "OpenBLAS", "ratio", "/core of peak");
   for (const Result& r : results) {
     std::printf("%-5s %-27s %2s %6lld %5lld %6lld %9.1f", r.dtype.c_str(), r.what.c_str(),
                 r.op.c_str(), (long long)r.M, (long long)r.N, (long long)r.K, r.gflops);
     if (r.blas_gflops > 0)
-      std::printf(" %9.1f %5.0f%%\n", r.blas_gflops, 100.0 * r.gflops / r.blas_gflops);
+      std::printf(" %9.1f %5.0f%%", r.blas_gflops, 100.0 * r.gflops / r.blas_gflops);
     else
-      std::printf(" %9s %6s\n", "-", "-");
+      std::printf(" %9s %6s", "-", "-");
+    if (r.dtype == "bf16" && unit_peak > 0)
+      std::printf(" %12.0f%%\n", 100.0 * r.gflops / threads / unit_peak);
+    else
+      std::printf(" %13s\n", "-");
   }
 
   if (json_path) {
@@ -182,8 +199,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: cannot write %s\n", json_path);
       return 1;
     }
-    std::fprintf(f, "{\n  \"benchmark\": \"cpu_gemm\",\n  \"threads\": %d,\n  \"results\": [\n",
-                 threads);
+    std::fprintf(f, "{\n  \"benchmark\": \"cpu_gemm\",\n  \"threads\": %d,\n  \"bf16_unit_peak_gflops_per_core\": %.1f,\n  \"results\": [\n",
+                 threads, unit_peak);
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -123,6 +124,37 @@ class EmulatedTiles {
   alignas(64) uint8_t t_[kTiles][kTileRows][kTileBytes] = {};
 };
 
+
+// GFLOP/s of dpbf16ps on resident operands (every tile zero) for about `seconds`: the unit's
+// peak on the calling thread, for the benchmarks to compare their rates with.
+template <class Tiles> double resident_tile_gflops(double seconds) {
+  Tiles t;
+  t.configure(gemm_tile_config());
+  alignas(64) static const uint8_t zeros[kTileRows * kTileBytes] = {};
+  t.template load<4>(zeros, kTileBytes);
+  t.template load<5>(zeros, kTileBytes);
+  t.template load<6>(zeros, kTileBytes);
+  t.template load<7>(zeros, kTileBytes);
+  int64_t rounds = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 256; ++i) {
+      t.template dpbf16ps<0, 4, 6>();
+      t.template dpbf16ps<1, 4, 7>();
+      t.template dpbf16ps<2, 5, 6>();
+      t.template dpbf16ps<3, 5, 7>();
+    }
+    rounds += 256;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  alignas(64) float sink[kTileRows * 16];
+  t.template store<0>(sink, 64);  // the work is used
+  t.release();
+  volatile float keep = sink[0];
+  (void)keep;
+  return rounds * 4.0 * 2 * kTileRows * 16 * 32 / elapsed * 1e-9;
+}
 
 // B for TDPBF16PS ("VNNI layout"): element (k, n) of a K x 16 block sits in row k / 2 (32 BF16
 // values, 64 bytes), at pair n, half k % 2: its index within the block.

@@ -76,6 +76,15 @@ void conv2d_backward_filter_bf16_tiles(TileUnit unit, const ConvShape& sh, const
   }
 }
 
+double tile_peak_gflops(TileUnit unit, double seconds) {
+  switch (unit) {
+    case TileUnit::Emulated: return amx::resident_tile_gflops<amx::EmulatedTiles>(seconds);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::peak_gflops(seconds);
+    case TileUnit::Amx: return tiles_amx::peak_gflops(seconds);
+  }
+  return 0;
+}
+
 void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n) {
   ENGINE_CHECK(n >= 0 && n <= 32, "tile_round_row takes 0 to 32 values, not " << n);
   switch (unit) {

@@ -58,8 +58,13 @@ void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, in
 void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n);
 void tile_transpose32(TileUnit unit, const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride);
 
+// The unit's peak on this core: GFLOP/s of back-to-back dpbf16ps into four accumulators whose
+// operands stay in tile registers (no loads), timed for about `seconds` on the calling thread.
+double tile_peak_gflops(TileUnit unit, double seconds = 0.05);
+
 // The per-unit entries behind the dispatch (the hardware ones check the unit is in use).
 namespace tiles_avx512_bf16 {
+double peak_gflops(double seconds);
 void round_row(const float*, const float*, bfloat16*, int64_t);
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
@@ -70,6 +75,7 @@ void gemm(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int6
           Out*, int64_t);
 }  // namespace tiles_avx512_bf16
 namespace tiles_amx {
+double peak_gflops(double seconds);
 void round_row(const float*, const float*, bfloat16*, int64_t);
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);

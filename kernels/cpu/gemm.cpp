@@ -10,6 +10,8 @@
 
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/bf16_tiles.h"
+
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
@@ -477,6 +479,12 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, con
   using Acc = acc_t<T>;
   using V = VecFor<Acc>;
   if (M <= 0 || N <= 0) return;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    // BF16 operands go to the CPU's BF16 dot-product unit (AMX or AVX512-BF16) where it has one.
+    TileUnit unit;
+    if (bf16_tile_unit(&unit))
+      return gemm_bf16_tiles<bfloat16>(unit, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   const Acc a = static_cast<Acc>(alpha);
   const Acc b = static_cast<Acc>(beta);
   if (K <= 0 || a == Acc(0)) {  // no products: C = beta * C, C unread when beta == 0

@@ -15,7 +15,8 @@ enum class Trans { N, T };
 //   ta == N: A is M x K, element (i,k) at A[i*lda + k];  ta == T: A is K x M, at A[k*lda + i].
 //   tb == N: B is K x N, element (k,j) at B[k*ldb + j];  tb == T: B is N x K, at B[j*ldb + k].
 //   C is M x N, element (i,j) at C[i*ldc + j].
-// T is float, double, kernels::half or kernels::bfloat16. Products are summed in acc_t<T>
+// T is float, double, kernels::half or kernels::bfloat16 (BF16 runs on the CPU's BF16 unit where
+// it has one: bf16_tiles.h). Products are summed in acc_t<T>
 // (double for double, float otherwise); alpha and beta are taken as double so nothing is lost
 // for T = double and are converted to acc_t<T> for the others. For half/bfloat16 the whole
 // K-sum stays in float and C is rounded to T once, at the end.

@@ -66,6 +66,10 @@ static void check_in_use() {
                "the AMX convolution called where the ISA in use is " << cpu_isa_name(cpu_isa()));
 }
 #if defined(KERNELS_AMX_HARDWARE)
+double peak_gflops(double seconds) {
+  check_in_use();
+  return amx::resident_tile_gflops<amx::HardwareTiles>(seconds);
+}
 void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
   check_in_use();
   amx::HardwareTiles::round_row(sum, bias, out, n);
@@ -89,6 +93,7 @@ void conv_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* 
   amx::tile_conv2d_backward_filter<amx::HardwareTiles>(route, sh, x, gy, gw, gbias);
 }
 #else
+double peak_gflops(double) { check_in_use(); return 0; }
 void round_row(const float*, const float*, bfloat16*, int64_t) { check_in_use(); }
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t) { check_in_use(); }
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }

@@ -126,16 +126,24 @@ inline void pack_a(bool transposed, int64_t rows, int64_t cols, const bfloat16* 
 // n / 16 interleaves rows k and k + 1 of src.
 inline void pack_b_from_rows(int64_t K, int64_t N, const bfloat16* src, int64_t ld, int64_t Np, int64_t Kp,
                              bfloat16* dst) {
-  const bfloat16 zero = bfloat16::from_bits(0);
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
 #pragma omp parallel for collapse(2) if (Np * Kp > (1 << 16))
   for (int64_t jb = 0; jb < Np / 16; ++jb)
     for (int64_t kk = 0; kk < Kp / 2; ++kk) {
-      bfloat16* d = dst + jb * Kp * 16 + kk * 32;
-      const int64_t k = 2 * kk;
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst) + jb * Kp * 16 + kk * 32;
+      const int64_t k = 2 * kk, n0 = jb * 16;
+      if (k + 1 < K && n0 + 16 <= N) {  // whole: two rows of 16 interleaved
+        const uint16_t *r0 = s + k * ld + n0, *r1 = r0 + ld;
+        for (int64_t c = 0; c < 16; ++c) {
+          d[2 * c] = r0[c];
+          d[2 * c + 1] = r1[c];
+        }
+        continue;
+      }
       for (int64_t c = 0; c < 16; ++c) {
-        const int64_t n = jb * 16 + c;
-        d[2 * c] = n < N && k < K ? src[k * ld + n] : zero;
-        d[2 * c + 1] = n < N && k + 1 < K ? src[(k + 1) * ld + n] : zero;
+        const int64_t n = n0 + c;
+        d[2 * c] = n < N && k < K ? s[k * ld + n] : 0;
+        d[2 * c + 1] = n < N && k + 1 < K ? s[(k + 1) * ld + n] : 0;
       }
     }
 }
@@ -180,13 +188,16 @@ void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha
   }
   const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
   tile_gemm_blocks<Tiles>(Mp, Np, Kp, ap, Kp, bp, [&](int64_t i0, int64_t j0, const float* block) {
-    for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
-      for (int64_t c = 0; c < 32 && j0 + c < N; ++c) {
-        const float ab = fa * block[r * 32 + c];
-        Out& out = C[(i0 + r) * ldc + j0 + c];
-        // An explicit FMA: every instantiation rounds the same, whatever contraction does.
-        out = from_acc<Out>(beta == 0.0 ? ab : std::fma(fb, static_cast<float>(out), ab));
+    const int64_t cn = std::min<int64_t>(32, N - j0);
+    for (int64_t r = 0; r < 32 && i0 + r < M; ++r) {
+      Out* out = C + (i0 + r) * ldc + j0;
+      const float* sum = block + r * 32;
+      if (beta == 0.0) {
+        for (int64_t c = 0; c < cn; ++c) out[c] = store_simd<Out>(fa * sum[c]);
+      } else {  // an explicit FMA: every instantiation rounds the same, whatever contraction does
+        for (int64_t c = 0; c < cn; ++c) out[c] = store_simd<Out>(std::fma(fb, load_simd(out[c]), fa * sum[c]));
       }
+    }
   });
 }
 

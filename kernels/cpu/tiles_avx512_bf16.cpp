@@ -45,6 +45,10 @@ static void check_in_use() {
 
 #if defined(KERNELS_AVX512_BF16_TILES)
 using Tiles = amx::Avx512Bf16Tiles;
+double peak_gflops(double seconds) {
+  check_in_use();
+  return amx::resident_tile_gflops<Tiles>(seconds);
+}
 void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
   check_in_use();
   Tiles::round_row(sum, bias, out, n);
@@ -74,6 +78,7 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, con
   amx::tile_gemm<Tiles, Out>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #else
+double peak_gflops(double) { check_in_use(); return 0; }
 void round_row(const float*, const float*, bfloat16*, int64_t) { check_in_use(); }
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t) { check_in_use(); }
 void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
