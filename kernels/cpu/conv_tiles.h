@@ -126,6 +126,11 @@ void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, co
   const int64_t blocks_q = g.qp / 32, blocks_k = g.kp / 32, blocks = sh.n * blocks_q * blocks_k;
   const int64_t a_stride = sh.stride * g.cp * 2;  // bytes from one tile row (output pixel) to the next
   const int64_t b_block = g.taps * chunks * 512;  // one block of 16 output channels
+  // Output channels go in groups whose filters (at most 1 MiB, half an L2) stay in L2 while every
+  // image passes: 256 -> 512 filters (2.4 MB) otherwise came from L3 for every 32 pixels. Within
+  // a group the channel blocks are innermost, so they share the pixels' tiles.
+  constexpr int64_t kFilterGroupBytes = int64_t(1) << 20;
+  const int64_t group = std::clamp<int64_t>(kFilterGroupBytes / (2 * 2 * b_block), 1, blocks_k);
 #pragma omp parallel if (blocks > 1)
   {
     Tiles t;  // a tile configuration per thread
@@ -133,7 +138,9 @@ void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, co
     alignas(64) float block[32 * 32];
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t b = blk / (blocks_q * blocks_k), q0 = (blk / blocks_k) % blocks_q * 32, k0 = blk % blocks_k * 32;
+      const int64_t g0 = blk / (sh.n * blocks_q * group) * group, gn = std::min(group, blocks_k - g0);
+      const int64_t in_group = blk - g0 * sh.n * blocks_q;  // (b, q, channel block) within the group
+      const int64_t b = in_group / (blocks_q * gn), q0 = in_group / gn % blocks_q * 32, k0 = (g0 + in_group % gn) * 32;
       zero_block(t);
       for (int64_t tap = 0; tap < g.taps; ++tap) {
         const bfloat16* a = xp + (b * g.plane + sh.stride * q0 + (tap / sh.s) * g.wp + tap % sh.s) * g.cp;
@@ -405,15 +412,12 @@ inline int64_t column_images_per_chunk(const ConvShape& sh) {
   return tile_images_per_chunk(sh.n, sh.out_h() * sh.out_w() * round_up32(sh.patch()) * 2 * 3 / 4);
 }
 
-// Forward: Y = col(x) * W^T per chunk of images; W (K x patch rows) packed once.
-// Scratch slots: 0 the column matrix, 1 the packed filters, 2 the FP32 bias.
+// Forward: Y = col(x) * W^T per chunk of images, W packed (VNNI blocks, Kp = round_up32(patch),
+// Np = round_up32(k)); bias FP32 or null. Scratch slot 0: the column matrix.
 template <class Tiles>
-void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
-                               bfloat16* y) {
-  const int64_t patch = sh.patch(), Kp = round_up32(patch), Np = round_up32(sh.k), pixels = sh.out_h() * sh.out_w();
-  bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
-  pack_b_from_columns(patch, sh.k, w, patch, Np, Kp, wpk);
-  const float* fb = widen_bias(bias, sh.k, 2);
+void tile_conv_forward_columns_packed(const ConvShape& sh, const bfloat16* x, const bfloat16* wpk, const float* fb,
+                                      bfloat16* y) {
+  const int64_t Kp = round_up32(sh.patch()), Np = round_up32(sh.k), pixels = sh.out_h() * sh.out_w();
   const int64_t chunk = column_images_per_chunk(sh);
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
     const int64_t nb = std::min(chunk, sh.n - b0), M = nb * pixels, Mp = round_up32(M);
@@ -428,13 +432,50 @@ void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfl
   }
 }
 
-// Data gradient: the column gradient GY * W per chunk (W as K x patch rows, pairs along K),
-// added back into the input pixels in FP32 (col2im) and rounded once. 1 x 1 filters at stride 1
-// need no col2im: the column gradient is gx.
+// Scratch slots: 1 the packed filters, 2 the FP32 bias (and 0, the column matrix).
+template <class Tiles>
+void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
+                               bfloat16* y) {
+  const int64_t patch = sh.patch(), Kp = round_up32(patch), Np = round_up32(sh.k);
+  bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
+  pack_b_from_columns(patch, sh.k, w, patch, Np, Kp, wpk);
+  tile_conv_forward_columns_packed<Tiles>(sh, x, wpk, widen_bias(bias, sh.k, 2), y);
+}
+
+// B of the data gradient run as a forward convolution (backward_data_as_forward): K index
+// kk = t * k + ko, column n = input channel, the filter turned 180 degrees: w[ko][taps - 1 - t][n].
+inline void pack_flipped_filters(const ConvShape& sh, const bfloat16* w, int64_t Np, int64_t Kp, bfloat16* dst) {
+  const int64_t taps = sh.r * sh.s, K = taps * sh.k;
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(w);
+#pragma omp parallel for collapse(2) if (Np * Kp > (1 << 16))
+  for (int64_t jb = 0; jb < Np / 16; ++jb)
+    for (int64_t kk = 0; kk < Kp / 2; ++kk) {
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst) + jb * Kp * 16 + kk * 32;
+      const int64_t cn = std::clamp<int64_t>(sh.c - jb * 16, 0, 16);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k = 2 * kk + h;
+        const uint16_t* row = k < K ? src + ((k % sh.k) * taps + taps - 1 - k / sh.k) * sh.c + jb * 16 : nullptr;
+        for (int64_t c = 0; c < 16; ++c) d[2 * c + h] = row && c < cn ? row[c] : 0;
+      }
+    }
+}
+
+// Data gradient: at stride 1 a forward convolution of gy (above); else the column gradient
+// GY * W per chunk (W as K x patch rows, pairs along K), added back into the input pixels in
+// FP32 (col2im) and rounded once. 1 x 1 filters at stride 1 need no col2im: the column
+// gradient is gx.
 // Scratch slots: 0 gy padded to 32 channels, 1 the packed filters, 3 the FP32 column gradient,
 // 4 the chunk's FP32 input gradient.
 template <class Tiles>
 void tile_conv_backward_data_columns(const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
+  if (tile_backward_data_fits(sh) && !sh.pointwise()) {
+    // Stride 1: a forward convolution of gy through the column route; no column gradient in
+    // FP32 and no col2im. Scratch slot 1: the flipped filters.
+    const ConvShape f = backward_data_as_forward(sh);
+    bfloat16* wpk = scratch<bfloat16>(1, round_up32(f.k) * round_up32(f.patch()));
+    pack_flipped_filters(sh, w, round_up32(f.k), round_up32(f.patch()), wpk);
+    return tile_conv_forward_columns_packed<Tiles>(f, gy, wpk, nullptr, gx);
+  }
   const int64_t patch = sh.patch(), Kp = round_up32(sh.k), Np = round_up32(patch), pixels = sh.out_h() * sh.out_w();
   const int64_t image = sh.h * sh.w * sh.c;
   bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
@@ -486,65 +527,108 @@ void tile_conv_backward_data_columns(const ConvShape& sh, const bfloat16* gy, co
   }
 }
 
-// Filter gradient: GW (K x patch) = GY^T * col(x), summed over chunks of images in order. A =
-// gy transposed (output channels x pixels); B = the column matrix in VNNI pairs of pixels,
-// written pair by pair from two im2col rows. The FP32 sums go from chunk to chunk in scratch,
-// each 32 x 32 block on one thread: the bits do not depend on the thread count.
-// Scratch slots: 0 gy transposed, 1 the paired columns, 3 the FP32 sums, 4 two im2col rows a thread.
+// im2col entries [n0, n1) of output pixel (i, j) of image b (entry kk = (r * S + s) * C + c;
+// zero past the patch), in runs of channels of one tap.
+inline void im2col_row_range(const ConvShape& sh, const bfloat16* x, int64_t b, int64_t i, int64_t j, int64_t n0,
+                             int64_t n1, bfloat16* out) {
+  const int64_t end = std::min(n1, sh.patch());
+  int64_t kk = n0;
+  while (kk < end) {
+    const int64_t t = kk / sh.c, ci = kk % sh.c, run = std::min(sh.c - ci, end - kk);
+    const int64_t ih = i * sh.stride - sh.pad + t / sh.s, iw = j * sh.stride - sh.pad + t % sh.s;
+    if (ih >= 0 && ih < sh.h && iw >= 0 && iw < sh.w) std::copy_n(x + ((b * sh.h + ih) * sh.w + iw) * sh.c + ci, run, out);
+    else std::fill_n(out, run, bfloat16::from_bits(0));
+    out += run;
+    kk += run;
+  }
+  std::fill_n(out, n1 - std::max(kk, n0), bfloat16::from_bits(0));
+}
+
+// A for the filter gradient: gy transposed, gyt[co][p] for co < Mp and the batch's pixels p < Kp
+// (zero beyond), 32 x 32 at a time. bias_part[pb][co]: the FP32 sum of gy over pixel block pb.
+template <class Tiles>
+void transpose_gy_columns(const ConvShape& sh, const bfloat16* gy, int64_t P, int64_t Mp, int64_t Kp, bfloat16* gyt,
+                          float* bias_part) {
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(gy);
+#pragma omp parallel for schedule(static)
+  for (int64_t pb = 0; pb < Kp / 32; ++pb) {
+    alignas(64) uint16_t blk[32][32];  // [pixel][channel]
+    float* bsum = bias_part ? bias_part + pb * sh.k : nullptr;
+    if (bsum) std::fill(bsum, bsum + sh.k, 0.f);
+    for (int64_t c0 = 0; c0 < Mp; c0 += 32) {
+      const int64_t cn = std::clamp<int64_t>(sh.k - c0, 0, 32);
+      for (int64_t i = 0; i < 32; ++i) {
+        const int64_t p = pb * 32 + i;
+        int64_t done = 0;
+        if (p < P) {
+          const uint16_t* row = src + p * sh.k + c0;
+          std::memcpy(blk[i], row, sizeof(uint16_t) * cn);
+          if (bsum)
+            for (int64_t c = 0; c < cn; ++c) bsum[c0 + c] += bf16_bits_to_float(row[c]);
+          done = cn;
+        }
+        std::memset(blk[i] + done, 0, sizeof(uint16_t) * (32 - done));
+      }
+      Tiles::transpose32(&blk[0][0], 32, reinterpret_cast<uint16_t*>(gyt) + c0 * Kp + pb * 32, Kp);
+    }
+  }
+}
+
+// Filter gradient: GW (K x patch) = GY^T * col(x) over all the batch's pixels at once. A = gy
+// transposed (output channels x pixels); B = the column matrix in VNNI pairs of pixels, built
+// panel by panel (a few taps' channels x at most 1024 pixels, in L2) from two im2col rows at a
+// time while the block loop runs; K chunks keep their sums in FP32 tiles' memory. Each block is
+// summed on one thread in a fixed order: the bits do not depend on the thread count.
+// Scratch slots: 0 gy transposed, 1 the B panel, 3 the bias partial sums, 4 two im2col rows a
+// thread (and 8, the block loop's sums).
 template <class Tiles>
 void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* gy, bfloat16* gw,
                                        bfloat16* gbias) {
-  const int64_t patch = sh.patch(), Mp = round_up32(sh.k), Np = round_up32(patch), pixels = sh.out_h() * sh.out_w();
-  const int64_t chunk = tile_images_per_chunk(sh.n, pixels * (Np + Mp) * 2);
-  float* sums = scratch<float>(3, Mp * Np);
-  std::fill(sums, sums + Mp * Np, 0.f);
-  float* bias_acc = gbias ? scratch<float>(5, sh.k) : nullptr;
-  if (bias_acc) std::fill(bias_acc, bias_acc + sh.k, 0.f);
-  for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
-    const int64_t nb = std::min(chunk, sh.n - b0), M = nb * pixels, Kp = round_up32(M);
-    const bfloat16* gyc = gy + b0 * pixels * sh.k;
-    bfloat16* a = scratch<bfloat16>(0, Mp * Kp);
-    pack_a(true, sh.k, M, gyc, sh.k, Mp, Kp, a);
-    if (bias_acc)
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t co = 0; co < sh.k; ++co) bias_acc[co] += float(gyc[i * sh.k + co]);
-    bfloat16* bp = scratch<bfloat16>(1, Np * Kp);
-#pragma omp parallel
-    {
-      // This thread's run of pair rows, walked with a cursor; two im2col rows at a time.
-      const int64_t pairs = Kp / 2, threads = omp_threads(), me = omp_thread();
-      const int64_t lo = pairs * me / threads, hi = pairs * (me + 1) / threads;
-      bfloat16* two = scratch<bfloat16>(4, 2 * Np);
-      PixelCursor at(sh, b0, std::min(2 * lo, M));
-      for (int64_t kk = lo; kk < hi; ++kk) {
-        for (int h = 0; h < 2; ++h) {
-          if (2 * kk + h < M) {
-            im2col_row(sh, x, at.b, at.i, at.j, Np, two + h * Np);
-            at.next(sh);
-          } else {
-            std::fill_n(two + h * Np, Np, bfloat16::from_bits(0));
-          }
+  const int64_t patch = sh.patch(), Mp = round_up32(sh.k), Np = round_up32(patch);
+  const int64_t P = sh.n * sh.out_h() * sh.out_w(), Kp = round_up32(P);
+  bfloat16* a = scratch<bfloat16>(0, Mp * Kp);
+  float* bias_part = gbias ? scratch<float>(3, (Kp / 32) * sh.k) : nullptr;
+  transpose_gy_columns<Tiles>(sh, gy, P, Mp, Kp, a, bias_part);
+  bfloat16* panel = scratch<bfloat16>(1, panel_n(Np, Kp) * panel_k(Kp));
+  auto fill = [&](int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
+    // This thread's run of the panel's pair rows, walked with a cursor over the pixels.
+    const int64_t pairs = kc / 2, threads = omp_threads(), me = omp_thread();
+    const int64_t lo = pairs * me / threads, hi = pairs * (me + 1) / threads;
+    bfloat16* two = scratch<bfloat16>(4, 2 * nc);
+    PixelCursor at(sh, 0, std::min(k0 + 2 * lo, P));
+    for (int64_t kk = lo; kk < hi; ++kk) {
+      for (int h = 0; h < 2; ++h) {
+        if (k0 + 2 * kk + h < P) {
+          im2col_row_range(sh, x, at.b, at.i, at.j, n0, n0 + nc, two + h * nc);
+          at.next(sh);
+        } else {
+          std::fill_n(two + h * nc, nc, bfloat16::from_bits(0));
         }
-        const uint16_t* r0 = reinterpret_cast<const uint16_t*>(two);
-        const uint16_t* r1 = r0 + Np;
-        for (int64_t jb = 0; jb < Np / 16; ++jb) {
-          uint16_t* d = reinterpret_cast<uint16_t*>(bp) + jb * Kp * 16 + kk * 32;
-          for (int64_t c = 0; c < 16; ++c) {
-            d[2 * c] = r0[jb * 16 + c];
-            d[2 * c + 1] = r1[jb * 16 + c];
-          }
+      }
+      const uint16_t* r0 = reinterpret_cast<const uint16_t*>(two);
+      const uint16_t* r1 = r0 + nc;
+      for (int64_t jb = 0; jb < nc / 16; ++jb) {
+        uint16_t* d = reinterpret_cast<uint16_t*>(panel) + jb * kc * 16 + kk * 32;
+        for (int64_t c = 0; c < 16; ++c) {
+          d[2 * c] = r0[jb * 16 + c];
+          d[2 * c + 1] = r1[jb * 16 + c];
         }
       }
     }
-    tile_gemm_blocks<Tiles>(Mp, Np, Kp, a, Kp, bp, [&](int64_t i0, int64_t j0, const float* block) {
-      for (int64_t r = 0; r < 32; ++r)
-        for (int64_t c = 0; c < 32; ++c) sums[(i0 + r) * Np + j0 + c] += block[r * 32 + c];
-    });
+#pragma omp barrier
+    return BPanel{panel, kc * 16};
+  };
+  tile_gemm_panels<Tiles>(Mp, Np, Kp, a, Kp, fill, [&](int64_t i0, int64_t j0, const float* block) {
+    for (int64_t r = 0; r < 32 && i0 + r < sh.k; ++r)
+      for (int64_t c = 0; c < 32 && j0 + c < patch; ++c) gw[(i0 + r) * patch + j0 + c] = from_acc<bfloat16>(block[r * 32 + c]);
+  });
+  if (gbias) {  // the pixel blocks' FP32 sums added in order
+    for (int64_t co = 0; co < sh.k; ++co) {
+      float acc = 0.f;
+      for (int64_t pb = 0; pb < Kp / 32; ++pb) acc += bias_part[pb * sh.k + co];
+      gbias[co] = from_acc<bfloat16>(acc);
+    }
   }
-  for (int64_t co = 0; co < sh.k; ++co)
-    for (int64_t kk = 0; kk < patch; ++kk) gw[co * patch + kk] = from_acc<bfloat16>(sums[co * Np + kk]);
-  if (gbias)
-    for (int64_t co = 0; co < sh.k; ++co) gbias[co] = from_acc<bfloat16>(bias_acc[co]);
 }
 
 }  // namespace kernels::cpu::amx

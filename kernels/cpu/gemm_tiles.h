@@ -53,19 +53,31 @@ void block_step(Tiles& t, const bfloat16* a0, const bfloat16* a1, int64_t a_stri
   t.template dpbf16ps<3, 5, 7>();
 }
 
-// C = A * B over 32 x 32 blocks, in parallel: A is Mp rows of Kp BF16 (row pitch lda elements),
-// B is Np / 16 VNNI blocks of Kp / 2 pair rows x 16 columns (block pitch Kp * 16). Mp, Np and Kp
-// are multiples of 32. Each finished block goes to store(i0, j0, block) (store_block's layout),
-// on the thread that computed it. Cache blocking: B is taken in panels of columns and chunks of
-// K of at most kPanelBytes, which every row block then reuses from L2 (rows run in order, so
+// Where the block loop finds a panel of B: VNNI block j (16 columns) of the panel at
+// base + j * pitch, its pair rows starting at the panel's first K value.
+struct BPanel {
+  const bfloat16* base;
+  int64_t pitch;
+};
+
+// C = A * B over 32 x 32 blocks, in parallel: A is Mp rows of Kp BF16 (row pitch lda elements);
+// B comes in panels of columns [n0, n0 + nc) and K values [k0, k0 + kc), from
+// panel_b(n0, nc, k0, kc), which every thread of the team calls (it may fill a shared buffer
+// with an orphaned `omp for`; the block loop's barrier keeps the previous panel in use until all
+// are done with it). Mp, Np and Kp are multiples of 32. Each finished block goes to
+// store(i0, j0, block) (store_block's layout) on the thread that computed it. Panels hold at
+// most kPanelBytes of B, so every row block reuses one from L2 (rows run in order, so
 // consecutive blocks share A); across K chunks each block's sums wait in FP32 in scratch slot 8.
-template <class Tiles, class Store>
-void tile_gemm_blocks(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int64_t lda, const bfloat16* b,
+constexpr int64_t kPanelBytes = int64_t(1) << 19, kPanelMaxK = 1024;
+inline int64_t panel_k(int64_t Kp) { return std::min(Kp, kPanelMaxK); }
+inline int64_t panel_n(int64_t Np, int64_t Kp) {
+  return std::clamp<int64_t>(kPanelBytes / (2 * panel_k(Kp)) / 32 * 32, 32, Np);
+}
+
+template <class Tiles, class PanelB, class Store>
+void tile_gemm_panels(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int64_t lda, PanelB&& panel_b,
                       Store&& store) {
-  constexpr int64_t kPanelBytes = int64_t(1) << 19, kMaxKc = 1024;
-  const int64_t kc = std::min(Kp, kMaxKc);
-  const int64_t nc = std::clamp<int64_t>(kPanelBytes / (2 * kc) / 32 * 32, 32, Np);
-  const int64_t blocks_m = Mp / 32;
+  const int64_t kc = panel_k(Kp), nc = panel_n(Np, Kp), blocks_m = Mp / 32;
   float* partial = Kp > kc ? scratch<float>(8, Mp * nc) : nullptr;
 #pragma omp parallel if (blocks_m * Np / 32 > 1)
   {
@@ -73,31 +85,44 @@ void tile_gemm_blocks(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int
     t.configure(gemm_tile_config());
     alignas(64) float block[32 * 32];
     for (int64_t n0 = 0; n0 < Np; n0 += nc) {
-      const int64_t blocks_n = std::min(nc, Np - n0) / 32, blocks = blocks_m * blocks_n;
+      const int64_t ncols = std::min(nc, Np - n0), blocks_n = ncols / 32, blocks = blocks_m * blocks_n;
       for (int64_t k0 = 0; k0 < Kp; k0 += kc) {
         const int64_t k1 = std::min(Kp, k0 + kc);
         const bool first = k0 == 0, last = k1 == Kp;
+        const BPanel bp = panel_b(n0, ncols, k0, k1 - k0);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
-          const int64_t i0 = blk / blocks_n * 32, j0 = n0 + blk % blocks_n * 32;
+          const int64_t i0 = blk / blocks_n * 32, jn = blk % blocks_n * 32;
           float* part = partial ? partial + blk * 1024 : nullptr;
           if (first) zero_block(t);
           else load_block(t, part);
           const bfloat16* a0 = a + i0 * lda;
-          const bfloat16* b0 = b + (j0 / 16) * (Kp * 16);
+          const bfloat16* b0 = bp.base + (jn / 16) * bp.pitch;
           for (int64_t k = k0; k < k1; k += 32)
-            block_step(t, a0 + k, a0 + 16 * lda + k, 2 * lda, b0 + k * 16, b0 + Kp * 16 + k * 16, kTileBytes);
+            block_step(t, a0 + k, a0 + 16 * lda + k, 2 * lda, b0 + (k - k0) * 16, b0 + bp.pitch + (k - k0) * 16,
+                       kTileBytes);
           if (last) {
             store_block(t, block);
-            store(i0, j0, static_cast<const float*>(block));
+            store(i0, n0 + jn, static_cast<const float*>(block));
           } else {
             store_block(t, part);
           }
-        }  // the implied barrier: the next K chunk loads these sums
+        }  // the implied barrier: the next K chunk loads these sums, the next panel may be refilled
       }
     }
     t.release();
   }
+}
+
+// The same with all of B packed beforehand: Np / 16 VNNI blocks of Kp / 2 pair rows x 16
+// columns (block pitch Kp * 16).
+template <class Tiles, class Store>
+void tile_gemm_blocks(int64_t Mp, int64_t Np, int64_t Kp, const bfloat16* a, int64_t lda, const bfloat16* b,
+                      Store&& store) {
+  tile_gemm_panels<Tiles>(
+      Mp, Np, Kp, a, lda,
+      [&](int64_t n0, int64_t, int64_t k0, int64_t) { return BPanel{b + (n0 / 16) * Kp * 16 + k0 * 16, Kp * 16}; },
+      store);
 }
 
 // ---- packers ---------------------------------------------------------------------------------
