@@ -15,6 +15,7 @@
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/conv_implicit.h"
@@ -45,14 +46,26 @@ template <class F> double median_seconds(F f, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, bf16_only = false;
+  // --route: the BF16 column through one route of the tile kernels (auto: what conv2d takes).
+  kernels::cpu::TileRoute bf16_route = kernels::cpu::TileRoute::Auto;
   std::string json, only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--layer") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--bf16-only")) bf16_only = true;
+    else if (!std::strcmp(argv[i], "--route") && i + 1 < argc) {
+      const std::string r = argv[++i];
+      if (r == "flat") bf16_route = kernels::cpu::TileRoute::Flat;
+      else if (r == "columns") bf16_route = kernels::cpu::TileRoute::Columns;
+      else if (r != "auto") {
+        std::fprintf(stderr, "bench_cpu_conv: --route takes auto, flat or columns, not '%s'\n", r.c_str());
+        return 2;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json FILE] [--layer SUBSTRING] [--bf16-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--json FILE] [--layer SUBSTRING] [--bf16-only] [--route auto|flat|columns]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -75,6 +88,11 @@ int main(int argc, char** argv) {
       {"resnet9 128->256 3x3", batch, 16, 16, 128, 256, 3, 1, 1},
       {"resnet9 256->512 3x3", batch, 8, 8, 256, 512, 3, 1, 1},
   };
+  kernels::cpu::TileUnit unit = kernels::cpu::TileUnit::Emulated;
+  if (bf16_route != kernels::cpu::TileRoute::Auto && !kernels::cpu::bf16_tile_unit(&unit)) {
+    std::fprintf(stderr, "bench_cpu_conv: --route needs a BF16 tile unit (AMX or AVX512-BF16); this CPU has none\n");
+    return 2;
+  }
   const int reps = quick ? 3 : 7;
   engine::manual_seed(1);
   std::printf("CPU conv2d, batch %lld, median of %d runs (GFLOP/s): f32 im2col + GEMM vs implicit GEMM; bf16\n",
@@ -122,14 +140,18 @@ int main(int argc, char** argv) {
     const Pass passes[] = {
         {"forward", cpu::implicit_forward_fits(sh), [&] { cpu::conv2d_forward_dense(sh, xp, wp, bp, yp); },
          [&] { cpu::conv2d_forward_implicit(sh, xp, wp, bp, yp); },
-         [&] { cpu::conv2d_forward(sh, xq, wq, bq, yq); }},
+         [&] { bf16_route == cpu::TileRoute::Auto ? cpu::conv2d_forward(sh, xq, wq, bq, yq)
+                                                  : cpu::conv2d_forward_bf16_tiles(unit, sh, xq, wq, bq, yq, bf16_route); }},
         {"bwd data", cpu::implicit_backward_data_fits(sh), [&] { cpu::conv2d_backward_data_dense(sh, gyp, wp, gxp); },
          [&] { cpu::conv2d_backward_data_implicit(sh, gyp, wp, gxp); },
-         [&] { cpu::conv2d_backward_data(sh, gyq, wq, gxq); }},
+         [&] { bf16_route == cpu::TileRoute::Auto ? cpu::conv2d_backward_data(sh, gyq, wq, gxq)
+                                                  : cpu::conv2d_backward_data_bf16_tiles(unit, sh, gyq, wq, gxq, bf16_route); }},
         {"bwd filter", cpu::implicit_backward_filter_fits(sh),
          [&] { cpu::conv2d_backward_filter_dense(sh, xp, gyp, gwp, gbp); },
          [&] { cpu::conv2d_backward_filter_implicit(sh, xp, gyp, gwp, gbp); },
-         [&] { cpu::conv2d_backward_filter(sh, xq, gyq, gwq, gbq); }},
+         [&] { bf16_route == cpu::TileRoute::Auto
+                   ? cpu::conv2d_backward_filter(sh, xq, gyq, gwq, gbq)
+                   : cpu::conv2d_backward_filter_bf16_tiles(unit, sh, xq, gyq, gwq, gbq, bf16_route); }},
     };
     std::string kernels_used;
     for (size_t pi = 0; pi < 3; ++pi) {

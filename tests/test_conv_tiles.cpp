@@ -32,6 +32,7 @@ TEST_CASE("tile convolution: which route each shape takes", "[amx][conv]") {
   CHECK(kc::tile_forward_route(shape(64, 32, 32, 64, 128, 1, 2, 0)) == TileRoute::Columns);   // stride 2: 256 of 512
   CHECK(kc::tile_backward_data_route(shape(64, 32, 32, 64, 128, 3, 2, 1)) == TileRoute::Columns);
   CHECK(kc::tile_forward_route(shape(64, 32, 32, 3, 64, 3, 1, 1)) == TileRoute::Columns);     // the stem: 32 / 3
-  CHECK(kc::tile_forward_route(shape(64, 32, 32, 16, 64, 3, 1, 1)) == TileRoute::Columns);    // 2x
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 16, 64, 3, 1, 1)) == TileRoute::Flat);       // 2x
+  CHECK(kc::tile_forward_route(shape(64, 32, 32, 15, 64, 3, 1, 1)) == TileRoute::Columns);    // 2.13x
   CHECK(kc::tile_forward_route(shape(64, 32, 32, 24, 64, 3, 1, 1)) == TileRoute::Flat);       // 1.33x
 }

