@@ -330,7 +330,26 @@ int fold_batch_norm(Module& root, DType compute) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& c : children_) h = (*c.second)(h);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Module& m = *children_[i].second;
+    // A Conv2d or Linear followed by a ReLU runs as one op (the ReLU in the kernels' store),
+    // except where numerics hooks or FP32 regions must see each module on its own.
+    Module* next = i + 1 < children_.size() ? children_[i + 1].second.get() : nullptr;
+    const bool fusable = next && dynamic_cast<ReLU*>(next) && !numerics_hooks() && !m.fp32_region() &&
+                         !next->fp32_region();
+    if (auto* conv = fusable ? dynamic_cast<Conv2d*>(&m) : nullptr) {
+      h = conv2d_relu(h, conv->weight->value, conv->bias ? conv->bias->value : Tensor(), conv->stride, conv->pad,
+                      conv->groups);
+      ++i;
+      continue;
+    }
+    if (auto* lin = fusable ? dynamic_cast<Linear*>(&m) : nullptr) {
+      h = linear_relu(h, lin->weight->value, lin->bias ? lin->bias->value : Tensor());
+      ++i;
+      continue;
+    }
+    h = m(h);
+  }
   return h;
 }
 

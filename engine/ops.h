@@ -17,6 +17,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
               int64_t groups = 1);
 // x [N,in], w [out,in] (PyTorch's layout), bias [out] or undefined -> [N,out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+// relu(conv2d(...)) and relu(linear(...)) as one op: on the CPU the ReLU is applied in the
+// kernels' store (one pass less over the output, forward; backward masks gy by the output), on
+// CUDA these are the two ops. Sequential uses them when numerics hooks are off.
+Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride = 1, int64_t pad = 0,
+                   int64_t groups = 1);
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& bias);
 
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact erf form

@@ -16,7 +16,13 @@ int64_t conv_flops(const kernels::ConvShape& sh) { return 2 * sh.n * sh.out_h() 
 int64_t gemm_flops() { return g_gemm_flops.load(); }
 void reset_gemm_flops() { g_gemm_flops = 0; }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad, int64_t groups) {
+namespace {
+
+// conv2d, and conv2d + ReLU with the ReLU in the CPU kernels' store (relu: CPU only). Backward
+// of the fused op masks gy where the output is 0 (y > 0 exactly where the pre-activation is),
+// then runs conv2d's.
+Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t pad,
+                   int64_t groups, bool relu) {
   // Under autocast, inputs of another dtype are cast (a no-op for compute copies).
   const Tensor x = autocast_input("conv2d", x_in), w = autocast_input("conv2d", w_in),
                bias = autocast_input("conv2d", b_in);
@@ -44,12 +50,24 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.k}, x.dtype(), x.device());
   g_gemm_flops += conv_flops(sh);
   const Device dev = op_device("conv2d", {&x, &w, &bias});
-  ENGINE_KERNEL("conv2d", dev, x.dtype(), T,
-                K::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>(),
-                                  stream));
+  if (relu) {
+    ENGINE_CHECK(!dev.is_cuda(), "conv2d_impl: the fused ReLU is the CPU kernels'");
+    ENGINE_CPU_KERNEL("conv2d+relu", x.dtype(), T,
+                      K::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                        y.data<T>(), stream, kernels::Epilogue::Relu));
+  } else {
+    ENGINE_KERNEL("conv2d", dev, x.dtype(), T,
+                  K::conv2d_forward(sh, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                    y.data<T>(), stream));
+  }
   if (should_record({&x, &w, &bias})) {
-    active_tape()->record("conv2d", {x, w, bias}, y, [x, w, bias, sh, dev](const Tensor& gy) -> std::vector<Tensor> {
-      Tensor gx, gw, gb;
+    active_tape()->record(relu ? "conv2d+relu" : "conv2d", {x, w, bias}, y, [x, w, bias, sh, dev, relu, y](const Tensor& gy_out) -> std::vector<Tensor> {
+      Tensor gy = gy_out, gx, gw, gb;
+      if (relu) {
+        gy = like(y);
+        ENGINE_CPU_KERNEL("relu backward", y.dtype(), T,
+                          K::relu_backward(y.data<T>(), gy_out.data<T>(), gy.data<T>(), y.numel(), stream));
+      }
       if (x.requires_grad()) {
         g_gemm_flops += conv_flops(sh);
         gx = like(x);
@@ -70,7 +88,21 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   return y;
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t pad, int64_t groups) {
+  return conv2d_impl(x, w, bias, stride, pad, groups, false);
+}
+
+Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t pad, int64_t groups) {
+  if (x.device().is_cuda()) return relu(conv2d(x, w, bias, stride, pad, groups));  // two ops there
+  return conv2d_impl(x, w, bias, stride, pad, groups, true);
+}
+
+namespace {
+
+// linear, and linear + ReLU with the ReLU in the CPU kernels' store (relu: CPU only), as conv2d.
+Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu) {
   const Tensor x = autocast_input("linear", x_in), w = autocast_input("linear", w_in),
                bias = autocast_input("linear", b_in);
   check_float("linear", x, "input");
@@ -91,12 +123,25 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   // On the GPU one cuBLASLt GEMM with the bias fused into its epilogue; on the CPU the 1x1
   // convolution kernels.
   const Device dev = op_device("linear", {&x, &w, &bias});
-  ENGINE_KERNEL("linear", dev, x.dtype(), T,
-                K::linear_forward(n, in, out, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
-                                  y.data<T>(), kernels::Epilogue::None, stream));
+  if (relu) {
+    ENGINE_CHECK(!dev.is_cuda(), "linear_impl: the fused ReLU is the CPU kernels'");
+    ENGINE_CPU_KERNEL("linear+relu", x.dtype(), T,
+                      K::linear_forward(n, in, out, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                        y.data<T>(), kernels::Epilogue::Relu, stream));
+  } else {
+    ENGINE_KERNEL("linear", dev, x.dtype(), T,
+                  K::linear_forward(n, in, out, x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                                    y.data<T>(), kernels::Epilogue::None, stream));
+  }
   if (should_record({&x, &w, &bias})) {
-    active_tape()->record("linear", {x, w, bias}, y, [x, w, bias, n, in, out, flops, dev](const Tensor& gy) -> std::vector<Tensor> {
-      Tensor gx, gw, gb;
+    const char* name = relu ? "linear+relu" : "linear";
+    active_tape()->record(name, {x, w, bias}, y, [x, w, bias, n, in, out, flops, dev, relu, y](const Tensor& gy_out) -> std::vector<Tensor> {
+      Tensor gy = gy_out, gx, gw, gb;
+      if (relu) {
+        gy = like(y);
+        ENGINE_CPU_KERNEL("relu backward", y.dtype(), T,
+                          K::relu_backward(y.data<T>(), gy_out.data<T>(), gy.data<T>(), y.numel(), stream));
+      }
       if (x.requires_grad()) {
         g_gemm_flops += flops;
         gx = like(x);
@@ -115,6 +160,15 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) { return linear_impl(x, w, bias, false); }
+
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (x.device().is_cuda()) return relu(linear(x, w, bias));  // two ops there
+  return linear_impl(x, w, bias, true);
 }
 
 }  // namespace engine

@@ -101,6 +101,15 @@ inline kernels::Stream cuda_stream() { return kernels::cuda::default_stream(); }
     }                                                                 \
   } while (0)
 
+// The CPU branch alone, for what only the CPU kernels offer (the fused ReLU stores).
+#define ENGINE_CPU_KERNEL(opname, dtype, T, ...)                  \
+  do {                                                           \
+    namespace K = ::kernels::cpu;                                \
+    [[maybe_unused]] const ::kernels::Stream stream = nullptr;   \
+    const ::engine::KernelTimer kernel_timer_(opname);           \
+    ENGINE_DISPATCH_FLOAT(dtype, opname, T, __VA_ARGS__);        \
+  } while (0)
+
 #define ENGINE_KERNEL(opname, device, dtype, T, ...) \
   ENGINE_KERNEL_ON_(opname, device, dtype, T, ENGINE_NO_CASE_, __VA_ARGS__)
 #define ENGINE_KERNEL_ANY_FLOAT(opname, device, dtype, T, ...) \

@@ -29,8 +29,8 @@ class HardwareTiles {
   template <int T> void store(void* base, int64_t stride) const;
   template <int C, int A, int B> void dpbf16ps();
   void release() { _tile_release(); }
-  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
-    round_row_avx512_bf16(sum, bias, out, n);
+  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu = false) {
+    round_row_avx512_bf16(sum, bias, out, n, relu);
   }
   static void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
     transpose32_avx512(src, src_stride, dst, dst_stride);

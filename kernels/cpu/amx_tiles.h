@@ -107,11 +107,15 @@ class EmulatedTiles {
     for (int m = cfg_.rows[C]; m < kTileRows; ++m) std::memset(t_[C][m], 0, kTileBytes);  // zero_upper_rows
   }
   void release() {}
-  // The tile kernels' store: n <= 32 FP32 sums plus bias (may be null), rounded to BF16 as
+  // The tile kernels' store: n <= 32 FP32 sums plus bias (may be null), then ReLU when asked
+  // (x > 0 ? x : +0, as kernels/element_math.h: a NaN gives 0), rounded to BF16 as
   // VCVTNE2PS2BF16 does on the hardware units (float_to_bf16_bits_ftz).
-  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu = false) {
     uint16_t* o = reinterpret_cast<uint16_t*>(out);
-    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits_ftz(bias ? sum[i] + bias[i] : sum[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = bias ? sum[i] + bias[i] : sum[i];
+      o[i] = float_to_bf16_bits_ftz(relu ? (v > 0.f ? v : 0.f) : v);
+    }
   }
   // dst[j][i] = src[i][j] for 32 x 32 16-bit values (row strides in elements).
   static void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {

@@ -66,8 +66,8 @@ class Avx512Bf16Tiles {
     for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(c_[C][r], acc[r]);
   }
   void release() {}
-  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
-    round_row_avx512_bf16(sum, bias, out, n);
+  static void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu = false) {
+    round_row_avx512_bf16(sum, bias, out, n, relu);
   }
   static void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
     transpose32_avx512(src, src_stride, dst, dst_stride);

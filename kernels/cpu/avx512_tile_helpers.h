@@ -11,13 +11,17 @@
 
 namespace kernels::cpu::amx {
 
-inline void round_row_avx512_bf16(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+inline void round_row_avx512_bf16(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu) {
   const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
   const __mmask16 hi = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1u) : __mmask16(0);
   __m512 a = _mm512_maskz_loadu_ps(lo, sum), b = _mm512_maskz_loadu_ps(hi, sum + 16);
   if (bias) {
     a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(lo, bias));
     b = _mm512_add_ps(b, _mm512_maskz_loadu_ps(hi, bias + 16));
+  }
+  if (relu) {  // MAXPS returns its second operand for a NaN or two zeros: x > 0 ? x : +0
+    a = _mm512_max_ps(a, _mm512_setzero_ps());
+    b = _mm512_max_ps(b, _mm512_setzero_ps());
   }
   const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low 16 words
   _mm512_mask_storeu_epi16(out, (__mmask32(hi) << 16) | lo, packed);

@@ -46,12 +46,12 @@ TileRoute tile_backward_data_route(const ConvShape& sh) {
 TileRoute tile_backward_filter_route(const ConvShape& sh) { return tile_forward_route(sh); }
 
 void conv2d_forward_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* w,
-                               const bfloat16* bias, bfloat16* y, TileRoute route) {
+                               const bfloat16* bias, bfloat16* y, TileRoute route, bool relu) {
   ENGINE_CHECK(sh.groups == 1, "the tile convolution takes one group");
   switch (unit) {
-    case TileUnit::Emulated: return amx::tile_conv2d_forward<amx::EmulatedTiles>(route, sh, x, w, bias, y);
-    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_forward(route, sh, x, w, bias, y);
-    case TileUnit::Amx: return tiles_amx::conv_forward(route, sh, x, w, bias, y);
+    case TileUnit::Emulated: return amx::tile_conv2d_forward<amx::EmulatedTiles>(route, sh, x, w, bias, y, relu);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::conv_forward(route, sh, x, w, bias, y, relu);
+    case TileUnit::Amx: return tiles_amx::conv_forward(route, sh, x, w, bias, y, relu);
   }
 }
 
@@ -85,12 +85,12 @@ double tile_peak_gflops(TileUnit unit, double seconds) {
   return 0;
 }
 
-void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n) {
+void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu) {
   ENGINE_CHECK(n >= 0 && n <= 32, "tile_round_row takes 0 to 32 values, not " << n);
   switch (unit) {
-    case TileUnit::Emulated: return amx::EmulatedTiles::round_row(sum, bias, out, n);
-    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::round_row(sum, bias, out, n);
-    case TileUnit::Amx: return tiles_amx::round_row(sum, bias, out, n);
+    case TileUnit::Emulated: return amx::EmulatedTiles::round_row(sum, bias, out, n, relu);
+    case TileUnit::Avx512Bf16: return tiles_avx512_bf16::round_row(sum, bias, out, n, relu);
+    case TileUnit::Amx: return tiles_amx::round_row(sum, bias, out, n, relu);
   }
 }
 void tile_transpose32(TileUnit unit, const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {

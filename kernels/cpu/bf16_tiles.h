@@ -39,11 +39,13 @@ TileRoute tile_backward_data_route(const ConvShape& sh);
 TileRoute tile_backward_filter_route(const ConvShape& sh);
 
 // conv2d_forward / conv2d_backward_data / conv2d_backward_filter (conv.h) on BF16 data, one
-// group, FP32 accumulation, on `unit`; bias and gbias may be null. The flat route of the data
+// group, FP32 accumulation, on `unit`; bias and gbias may be null; the forward applies ReLU in
+// its store when asked. The flat route of the data
 // gradient needs stride 1, square filters and pad <= r - 1. The filter gradient's bits do not
 // depend on the thread count.
 void conv2d_forward_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* w,
-                               const bfloat16* bias, bfloat16* y, TileRoute route = TileRoute::Auto);
+                               const bfloat16* bias, bfloat16* y, TileRoute route = TileRoute::Auto,
+                               bool relu = false);
 void conv2d_backward_data_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* gy, const bfloat16* w,
                                      bfloat16* gx, TileRoute route = TileRoute::Auto);
 void conv2d_backward_filter_bf16_tiles(TileUnit unit, const ConvShape& sh, const bfloat16* x, const bfloat16* gy,
@@ -55,7 +57,7 @@ void gemm_bf16_tiles(TileUnit unit, Trans ta, Trans tb, int64_t M, int64_t N, in
 
 // Each unit's store (n <= 32 FP32 sums plus bias rounded to BF16) and 32 x 32 transpose of
 // 16-bit values: what the kernels use around the tiles, here for the tests.
-void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n);
+void tile_round_row(TileUnit unit, const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu = false);
 void tile_transpose32(TileUnit unit, const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride);
 
 // The unit's peak on this core: GFLOP/s of back-to-back dpbf16ps into four accumulators whose
@@ -65,9 +67,9 @@ double tile_peak_gflops(TileUnit unit, double seconds = 0.05);
 // The per-unit entries behind the dispatch (the hardware ones check the unit is in use).
 namespace tiles_avx512_bf16 {
 double peak_gflops(double seconds);
-void round_row(const float*, const float*, bfloat16*, int64_t);
+void round_row(const float*, const float*, bfloat16*, int64_t, bool);
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
-void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*, bool);
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
 template <class Out>
@@ -76,9 +78,9 @@ void gemm(Trans, Trans, int64_t, int64_t, int64_t, double, const bfloat16*, int6
 }  // namespace tiles_avx512_bf16
 namespace tiles_amx {
 double peak_gflops(double seconds);
-void round_row(const float*, const float*, bfloat16*, int64_t);
+void round_row(const float*, const float*, bfloat16*, int64_t, bool);
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t);
-void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*);
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*, bool);
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*);
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*);
 }  // namespace tiles_amx

@@ -14,9 +14,11 @@
 
 #include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/conv_implicit.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/convert.h"
+#include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"
 
@@ -290,11 +292,19 @@ inline ConvShape group_shape(const ConvShape& sh) {
 
 // One group: BF16 on the tiles (AMX or AVX512-BF16) where the CPU has them, else the implicit
 // GEMM (conv_implicit.h) where it fits, FP64 and other shapes through im2col + GEMM.
+// ep: Epilogue::Relu applies ReLU to the result, in the tile kernels' store, else in one pass after.
 template <class T>
-void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream = nullptr) {
+void conv2d_forward(const ConvShape& sh, const T* x, const T* w, const T* bias, T* y, Stream stream = nullptr,
+                    Epilogue ep = Epilogue::None) {
+  ENGINE_CHECK(ep == Epilogue::None || ep == Epilogue::Relu, "conv2d_forward: the CPU fuses ReLU only");
   if constexpr (std::is_same_v<T, bfloat16>) {
     TileUnit unit;
-    if (tile_conv_worth_it(sh) && bf16_tile_unit(&unit)) return conv2d_forward_bf16_tiles(unit, sh, x, w, bias, y);
+    if (tile_conv_worth_it(sh) && bf16_tile_unit(&unit))
+      return conv2d_forward_bf16_tiles(unit, sh, x, w, bias, y, TileRoute::Auto, ep == Epilogue::Relu);
+  }
+  if (ep == Epilogue::Relu) {
+    conv2d_forward(sh, x, w, bias, y, stream);
+    return relu_forward(y, y, sh.n * sh.out_h() * sh.out_w() * sh.k);
   }
   if constexpr (!std::is_same_v<T, double>)
     if (implicit_forward_fits(sh)) return conv2d_forward_implicit(sh, x, w, bias, y);

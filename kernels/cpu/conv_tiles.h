@@ -117,11 +117,12 @@ void pack_filters(const TileConvGeometry& g, int64_t k, int64_t c, Weight weight
       }
 }
 
-// y = conv(x, packed filters) + bias for the geometry g of sh (bias FP32, may be null). Each
+// y = conv(x, packed filters) + bias (then ReLU when asked) for the geometry g of sh (bias FP32,
+// may be null). Each
 // thread takes whole 32-pixel x 32-channel blocks of C and runs all taps and channels into them.
 template <class Tiles>
 void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, const bfloat16* xp, const bfloat16* wp,
-                              const float* bias, bfloat16* y) {
+                              const float* bias, bfloat16* y, bool relu = false) {
   const int64_t oh_n = sh.out_h(), ow_n = sh.out_w(), chunks = g.cp / 32;
   const int64_t blocks_q = g.qp / 32, blocks_k = g.kp / 32, blocks = sh.n * blocks_q * blocks_k;
   const int64_t a_stride = sh.stride * g.cp * 2;  // bytes from one tile row (output pixel) to the next
@@ -156,7 +157,8 @@ void tile_conv_forward_packed(const ConvShape& sh, const TileConvGeometry& g, co
         const int64_t q = q0 + r, oh = q / g.qw, ow = q % g.qw;
         if (q >= g.q) break;
         if (ow >= ow_n) continue;  // a wrapped pixel
-        Tiles::round_row(block + r * 32, bias ? bias + k0 : nullptr, y + ((b * oh_n + oh) * ow_n + ow) * sh.k + k0, cn);
+        Tiles::round_row(block + r * 32, bias ? bias + k0 : nullptr, y + ((b * oh_n + oh) * ow_n + ow) * sh.k + k0, cn,
+                         relu);
       }
     }
     t.release();
@@ -173,14 +175,15 @@ inline const float* widen_bias(const bfloat16* bias, int64_t k, int slot) {
 
 // Scratch slots: 0 the padded input, 1 the packed filters, 2 the FP32 bias.
 template <class Tiles>
-void tile_conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias, bfloat16* y) {
+void tile_conv_forward(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias, bfloat16* y,
+                       bool relu = false) {
   const TileConvGeometry g = tile_conv_geometry(sh);
   bfloat16* xp = scratch<bfloat16>(0, sh.n * g.plane * g.cp);
   bfloat16* wp = scratch<bfloat16>(1, g.kp * g.taps * g.cp);
   pad_input_nhwc(sh, g, x, xp);
   pack_filters(g, sh.k, sh.c, [&](int64_t co, int64_t t, int64_t ci) { return w[(co * g.taps + t) * sh.c + ci]; },
                wp);
-  tile_conv_forward_packed<Tiles>(sh, g, xp, wp, widen_bias(bias, sh.k, 2), y);
+  tile_conv_forward_packed<Tiles>(sh, g, xp, wp, widen_bias(bias, sh.k, 2), y, relu);
 }
 
 // The data gradient at stride 1 is a forward convolution of gy, padded by r - 1 - pad, with
@@ -416,7 +419,7 @@ inline int64_t column_images_per_chunk(const ConvShape& sh) {
 // Np = round_up32(k)); bias FP32 or null. Scratch slot 0: the column matrix.
 template <class Tiles>
 void tile_conv_forward_columns_packed(const ConvShape& sh, const bfloat16* x, const bfloat16* wpk, const float* fb,
-                                      bfloat16* y) {
+                                      bfloat16* y, bool relu = false) {
   const int64_t Kp = round_up32(sh.patch()), Np = round_up32(sh.k), pixels = sh.out_h() * sh.out_w();
   const int64_t chunk = column_images_per_chunk(sh);
   for (int64_t b0 = 0; b0 < sh.n; b0 += chunk) {
@@ -427,7 +430,7 @@ void tile_conv_forward_columns_packed(const ConvShape& sh, const bfloat16* x, co
     tile_gemm_blocks<Tiles>(Mp, Np, Kp, col, Kp, wpk, [&](int64_t i0, int64_t j0, const float* block) {
       const int64_t cn = std::min<int64_t>(32, sh.k - j0);
       for (int64_t r = 0; r < 32 && i0 + r < M; ++r)
-        Tiles::round_row(block + r * 32, fb ? fb + j0 : nullptr, yc + (i0 + r) * sh.k + j0, cn);
+        Tiles::round_row(block + r * 32, fb ? fb + j0 : nullptr, yc + (i0 + r) * sh.k + j0, cn, relu);
     });
   }
 }
@@ -435,11 +438,11 @@ void tile_conv_forward_columns_packed(const ConvShape& sh, const bfloat16* x, co
 // Scratch slots: 1 the packed filters, 2 the FP32 bias (and 0, the column matrix).
 template <class Tiles>
 void tile_conv_forward_columns(const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
-                               bfloat16* y) {
+                               bfloat16* y, bool relu = false) {
   const int64_t patch = sh.patch(), Kp = round_up32(patch), Np = round_up32(sh.k);
   bfloat16* wpk = scratch<bfloat16>(1, Np * Kp);
   pack_b_from_columns(patch, sh.k, w, patch, Np, Kp, wpk);
-  tile_conv_forward_columns_packed<Tiles>(sh, x, wpk, widen_bias(bias, sh.k, 2), y);
+  tile_conv_forward_columns_packed<Tiles>(sh, x, wpk, widen_bias(bias, sh.k, 2), y, relu);
 }
 
 // B of the data gradient run as a forward convolution (backward_data_as_forward): K index
@@ -654,9 +657,11 @@ inline bool flat_backward_data_fits(const ConvShape& sh) {
 // TileRoute::Auto picks by the rules above; Flat and Columns force one (the tests run both).
 template <class Tiles>
 void tile_conv2d_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
-                         bfloat16* y) {
-  if (route == TileRoute::Flat || (route == TileRoute::Auto && flat_route_fits(sh))) tile_conv_forward<Tiles>(sh, x, w, bias, y);
-  else tile_conv_forward_columns<Tiles>(sh, x, w, bias, y);
+                         bfloat16* y, bool relu) {
+  if (route == TileRoute::Flat || (route == TileRoute::Auto && flat_route_fits(sh)))
+    tile_conv_forward<Tiles>(sh, x, w, bias, y, relu);
+  else
+    tile_conv_forward_columns<Tiles>(sh, x, w, bias, y, relu);
 }
 template <class Tiles>
 void tile_conv2d_backward_data(TileRoute route, const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {

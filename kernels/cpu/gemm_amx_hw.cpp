@@ -70,18 +70,18 @@ double peak_gflops(double seconds) {
   check_in_use();
   return amx::resident_tile_gflops<amx::HardwareTiles>(seconds);
 }
-void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n) {
+void round_row(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu) {
   check_in_use();
-  amx::HardwareTiles::round_row(sum, bias, out, n);
+  amx::HardwareTiles::round_row(sum, bias, out, n, relu);
 }
 void transpose32(const uint16_t* src, int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
   check_in_use();
   amx::HardwareTiles::transpose32(src, src_stride, dst, dst_stride);
 }
 void conv_forward(TileRoute route, const ConvShape& sh, const bfloat16* x, const bfloat16* w, const bfloat16* bias,
-                  bfloat16* y) {
+                  bfloat16* y, bool relu) {
   check_in_use();
-  amx::tile_conv2d_forward<amx::HardwareTiles>(route, sh, x, w, bias, y);
+  amx::tile_conv2d_forward<amx::HardwareTiles>(route, sh, x, w, bias, y, relu);
 }
 void conv_backward_data(TileRoute route, const ConvShape& sh, const bfloat16* gy, const bfloat16* w, bfloat16* gx) {
   check_in_use();
@@ -94,9 +94,11 @@ void conv_backward_filter(TileRoute route, const ConvShape& sh, const bfloat16* 
 }
 #else
 double peak_gflops(double) { check_in_use(); return 0; }
-void round_row(const float*, const float*, bfloat16*, int64_t) { check_in_use(); }
+void round_row(const float*, const float*, bfloat16*, int64_t, bool) { check_in_use(); }
 void transpose32(const uint16_t*, int64_t, uint16_t*, int64_t) { check_in_use(); }
-void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
+void conv_forward(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, const bfloat16*, bfloat16*, bool) {
+  check_in_use();
+}
 void conv_backward_data(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*) { check_in_use(); }
 void conv_backward_filter(TileRoute, const ConvShape&, const bfloat16*, const bfloat16*, bfloat16*, bfloat16*) { check_in_use(); }
 #endif

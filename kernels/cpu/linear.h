@@ -13,14 +13,14 @@ namespace kernels::cpu {
 
 inline ConvShape linear_as_conv(int64_t rows, int64_t in, int64_t out) { return ConvShape{rows, 1, 1, in, out, 1, 1, 1, 0}; }
 
-// y[rows, out] = x * w^T + bias (bias may be null). The CPU fuses no activation: the engine
-// runs activations as their own ops, so only Epilogue::None is accepted here.
+// y[rows, out] = x * w^T + bias (bias may be null), then ReLU when ep is Epilogue::Relu (the
+// CPU fuses no other activation, and keeps no pre-activation copy).
 template <class T>
 void linear_forward(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* bias, T* y, Epilogue ep,
                     Stream = nullptr, T* pre_activation = nullptr) {
-  ENGINE_CHECK(ep == Epilogue::None && pre_activation == nullptr,
-               "linear_forward: the CPU kernel fuses no activation (run it as its own op)");
-  conv2d_forward(linear_as_conv(rows, in, out), x, w, bias, y);
+  ENGINE_CHECK((ep == Epilogue::None || ep == Epilogue::Relu) && pre_activation == nullptr,
+               "linear_forward: the CPU kernel fuses ReLU only, with no pre-activation copy");
+  conv2d_forward(linear_as_conv(rows, in, out), x, w, bias, y, nullptr, ep);
 }
 // gx[rows, in] = gy * w.
 template <class T>
