@@ -28,6 +28,7 @@
 #include "engine/device.h"
 #include "engine/distributed.h"
 #include "engine/random.h"
+#include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/philox.h"
 #include "models/cli.h"
@@ -862,6 +863,19 @@ int run(const Config& cfg) {
   std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
               static_cast<long long>(t.model->num_parameters()), cfg.precision.c_str(), device.str().c_str(),
               data.source.c_str());
+  if (!device.is_cuda()) {
+    // Which unit multiplies 16-bit data here: BF16 has one on AMX and AVX512-BF16 CPUs; no CPU
+    // in our pool has one for FP16 (AMX-FP16 is a later generation), so FP16 runs widened.
+    kernels::cpu::TileUnit unit;
+    const bool bf16_unit = kernels::cpu::bf16_tile_unit(&unit);
+    if (compute == DType::F16 && bf16_unit)
+      std::printf("note: FP16 runs widened to FP32 on this CPU (no FP16 matrix unit); its %s unit multiplies BF16: "
+                  "--precision bf16\n", kernels::cpu::tile_unit_name(unit));
+    else if (compute == DType::BF16)
+      std::printf("BF16 matrix products on %s%s\n",
+                  bf16_unit ? kernels::cpu::tile_unit_name(unit) : "the FP32 units, widened (no BF16 unit in use; ISA ",
+                  bf16_unit ? "" : (std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())) + ")").c_str());
+  }
   std::printf("train %lld images, test %lld images, batch %lld, %lld steps per epoch, optimizer %s lr %g\n",
               static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
               static_cast<long long>(cfg.batch_size), static_cast<long long>(steps_per_epoch), cfg.optimizer.c_str(),

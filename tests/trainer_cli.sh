@@ -135,5 +135,36 @@ err=$("$trainer" "${small[@]}" --max-steps 2 --detect-anomaly --init-scale 1e30 
 if [ "$rc" = 0 ] && [ "$(grep -c '^note: anomaly mode: step' <<<"$err")" = 2 ]; then pass "--detect-anomaly: scaler overflows are notes"
 else fail "--detect-anomaly without strict -> exit $rc: $err"; fi
 
+# BF16 on the CPU's BF16 unit (AMX or AVX512-BF16 where present, the widened FP32 kernels
+# elsewhere), with resnet9 (flat and column routes, fused stores): stopped and resumed it equals a
+# straight run across an epoch boundary, and 1 and 2 threads give the same bits.
+bf16=(--device cpu --model resnet9 --precision bf16 --synthetic --synthetic-size 96 --batch-size 16 --epochs 2 --seed 3
+      --log-every 1000)
+"$trainer" "${bf16[@]}" --threads 2 --max-steps 8 --checkpoint "$work/bf16_straight.ckpt" >"$work/bf16_straight.out" 2>&1 ||
+  fail "bf16 straight run: $(tail -2 "$work/bf16_straight.out")"
+"$trainer" "${bf16[@]}" --threads 2 --max-steps 3 --checkpoint "$work/bf16_part.ckpt" >/dev/null 2>&1 || fail "bf16 first half"
+"$trainer" "${bf16[@]}" --threads 2 --max-steps 8 --resume "$work/bf16_part.ckpt" --checkpoint "$work/bf16_resumed.ckpt" \
+  >/dev/null 2>&1 || fail "bf16 resumed half"
+unit=$(grep -o "BF16 matrix products on .*" "$work/bf16_straight.out")
+if cmp -s "$work/bf16_straight.ckpt" "$work/bf16_resumed.ckpt"; then pass "resnet9 bf16 resume is bit-identical ($unit)"
+else fail "resnet9 bf16 resumed checkpoint differs ($unit)"; fi
+"$trainer" "${bf16[@]}" --threads 1 --max-steps 8 --checkpoint "$work/bf16_one_thread.ckpt" >/dev/null 2>&1 ||
+  fail "bf16 one-thread run"
+if cmp -s "$work/bf16_straight.ckpt" "$work/bf16_one_thread.ckpt"; then pass "resnet9 bf16: 1 and 2 threads, same bits ($unit)"
+else fail "resnet9 bf16: 1 and 2 threads differ ($unit)"; fi
+# The unit in use is named; a capped ISA widens; FP16 where a BF16 unit exists says so.
+out=$(ENGINE_CPU_ISA=avx512 "$trainer" "${bf16[@]}" --max-steps 1 2>/dev/null)
+if grep -q "BF16 matrix products on the FP32 units, widened (no BF16 unit in use; ISA avx512)" <<<"$out"; then
+  pass "ENGINE_CPU_ISA=avx512: BF16 runs widened, and says so"
+else fail "ENGINE_CPU_ISA=avx512 --precision bf16: $out"; fi
+if "$trainer" --version | grep -qE "^CPU ISA: (amx|avx512_bf16) for"; then
+  out=$("$trainer" --device cpu --synthetic --synthetic-size 100 --batch-size 16 --max-steps 1 2>/dev/null)
+  if grep -q "note: FP16 runs widened to FP32 on this CPU (no FP16 matrix unit); its .* unit multiplies BF16" <<<"$out"; then
+    pass "--precision fp16 on a CPU with a BF16 unit: one line says so"
+  else fail "--precision fp16 with a BF16 unit: no note in: $out"; fi
+else
+  echo "skipped: the FP16 note needs a CPU with a BF16 unit ($("$trainer" --version | grep '^CPU ISA'))"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]
