@@ -21,30 +21,11 @@
 #include "kernels/cpu/bf16_tiles.h"
 #include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 namespace kernels::cpu::amx {
-
-// The calling thread's number and the team's size (0 and 1 without OpenMP).
-inline int64_t omp_thread() {
-#if defined(_OPENMP)
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-inline int64_t omp_threads() {
-#if defined(_OPENMP)
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
 
 // Images per chunk of a pass whose operands take `per_image` bytes an image: the chunk's
 // operands stay in the L2 caches while every task reads them. The tests lower chunk_bytes to
@@ -595,7 +576,7 @@ void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, c
   bfloat16* panel = scratch<bfloat16>(1, panel_n(Np, Kp) * panel_k(Kp));
   auto fill = [&](int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
     // This thread's run of the panel's pair rows, walked with a cursor over the pixels.
-    const int64_t pairs = kc / 2, threads = omp_threads(), me = omp_thread();
+    const int64_t pairs = kc / 2, threads = team_size(), me = team_rank();
     const int64_t lo = pairs * me / threads, hi = pairs * (me + 1) / threads;
     bfloat16* two = scratch<bfloat16>(4, 2 * nc);
     PixelCursor at(sh, 0, std::min(k0 + 2 * lo, P));

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/error.h"
 #include "kernels/numeric.h"
 #include "kernels/shapes.h"

@@ -8,31 +8,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 #include "kernels/convert.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/optim_math.h"
 #include "kernels/quant_math.h"
 
 namespace kernels::cpu {
-
-// The calling thread's rank in its team and the team's size (0 and 1 without OpenMP).
-inline int64_t omp_team_rank() {
-#if defined(_OPENMP)
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-inline int64_t omp_team_size() {
-#if defined(_OPENMP)
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
 
 // True when every gradient element is finite (the found-inf check of loss scaling).
 template <class G> bool all_finite(const G* g, int64_t n) {
@@ -101,7 +82,7 @@ template <class G, class P, class W>
 void adam_step(int64_t n, const G* grad, P inv_scale, P* master, P* m, P* v, W* compute_copy, const AdamConfig& c) {
 #pragma omp parallel if (n > (1 << 15))
   {
-    const int64_t threads = omp_team_size(), me = omp_team_rank();
+    const int64_t threads = team_size(), me = team_rank();
     const int64_t i0 = n * me / threads, i1 = n * (me + 1) / threads;
     if (compute_copy) {
       if (c.decoupled) adam_range<true, true>(i0, i1, grad, inv_scale, master, m, v, compute_copy, c);
