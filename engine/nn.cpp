@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <typeinfo>
 
 #include "engine/autocast.h"
 #include "engine/random.h"
@@ -335,15 +336,16 @@ Tensor Sequential::forward(const Tensor& x) {
     // A Conv2d or Linear followed by a ReLU runs as one op (the ReLU in the kernels' store),
     // except where numerics hooks or FP32 regions must see each module on its own.
     Module* next = i + 1 < children_.size() ? children_[i + 1].second.get() : nullptr;
-    const bool fusable = next && dynamic_cast<ReLU*>(next) && !numerics_hooks() && !m.fp32_region() &&
+    // Exact types only: a subclass may do something else in forward.
+    const bool fusable = next && typeid(*next) == typeid(ReLU) && !numerics_hooks() && !m.fp32_region() &&
                          !next->fp32_region();
-    if (auto* conv = fusable ? dynamic_cast<Conv2d*>(&m) : nullptr) {
+    if (auto* conv = fusable && typeid(m) == typeid(Conv2d) ? static_cast<Conv2d*>(&m) : nullptr) {
       h = conv2d_relu(h, conv->weight->value, conv->bias ? conv->bias->value : Tensor(), conv->stride, conv->pad,
                       conv->groups);
       ++i;
       continue;
     }
-    if (auto* lin = fusable ? dynamic_cast<Linear*>(&m) : nullptr) {
+    if (auto* lin = fusable && typeid(m) == typeid(Linear) ? static_cast<Linear*>(&m) : nullptr) {
       h = linear_relu(h, lin->weight->value, lin->bias ? lin->bias->value : Tensor());
       ++i;
       continue;

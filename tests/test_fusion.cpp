@@ -105,6 +105,8 @@ TEST_CASE("Sequential fuses Conv2d + ReLU and Linear + ReLU without changing a b
         y = engine::relu(engine::linear(y, lin->weight->value, lin->bias->value));
       }
     }
+    // Fused, the tape holds conv2d+relu, the flatten and linear+relu; apart, five entries.
+    CHECK(tape.size() == (fused ? 3u : 5u));
     tape.backward(y, gy);
     std::vector<Tensor> out = {y};
     for (auto& p : net->parameters()) out.push_back(p->value.grad().clone());

@@ -26,11 +26,14 @@ train() {
   accuracy_of "$3"
 }
 unit_log="$work/train-bf16.jsonl"
-[ -f "$unit_log" ] || { echo "no BF16 run in $unit_log (run train_e2e_bf16 first)" >&2; exit 1; }
+# train_e2e_bf16's log, written by this trainer (not one left by an older build or a failed run)
+[ -f "$unit_log" ] && [ "$unit_log" -nt "$trainer" ] && [ -n "$(accuracy_of "$unit_log")" ] ||
+  { echo "no fresh BF16 run in $unit_log (run train_e2e_bf16 first)" >&2; exit 1; }
 diffs=""
 for ((seed = 1; seed <= seeds; ++seed)); do
   if [ "$seed" = 1 ]; then a=$(accuracy_of "$unit_log"); else a=$(train "" "$seed" "$work/train-bf16-seed$seed.jsonl"); fi
   w=$(train avx512 "$seed" "$work/train-bf16-widened-seed$seed.jsonl")
+  [ -n "$a" ] && [ -n "$w" ] || { echo "seed $seed: a run gave no test accuracy" >&2; exit 1; }
   echo "seed $seed: BF16 on $isa $a%, widened $w%"
   diffs="$diffs $(awk -v a="$a" -v w="$w" 'BEGIN { print a - w }')"
 done

@@ -11,6 +11,10 @@
 #include "kernels/cpu/avx512_tile_helpers.h"
 
 namespace kernels::cpu::amx {
+// Internal linkage: this header is also compiled under the AMX and AVX-512 target pragmas
+// (gemm_amx_hw.cpp, tiles_avx512_bf16.cpp), and no copy of its code compiled there may be
+// the one a generic caller links to.
+namespace {
 
 // The intrinsics paste the tile number into the instruction's text, so each tile and each
 // (C, A, B) the GEMM uses gets its own specialisation, spelled out. GCC's tile intrinsics tell
@@ -60,4 +64,5 @@ template <> inline void HardwareTiles::dpbf16ps<1, 4, 7>() { _tile_dpbf16ps(1, 4
 template <> inline void HardwareTiles::dpbf16ps<2, 5, 6>() { _tile_dpbf16ps(2, 5, 6); }
 template <> inline void HardwareTiles::dpbf16ps<3, 5, 7>() { _tile_dpbf16ps(3, 5, 7); }
 
+}  // namespace
 }  // namespace kernels::cpu::amx

@@ -14,6 +14,10 @@
 #include "kernels/error.h"
 
 namespace kernels::cpu::amx {
+// Internal linkage: this header is also compiled under the AMX and AVX-512 target pragmas
+// (gemm_amx_hw.cpp, tiles_avx512_bf16.cpp), and no copy of its code compiled there may be
+// the one a generic caller links to.
+namespace {
 
 // A and B "tiles" (4-7) are only remembered, a pointer and a row stride: VDPBF16PS reads A's
 // pairs as broadcast memory operands and B's rows as vectors, so nothing is copied. C tiles
@@ -79,4 +83,5 @@ class Avx512Bf16Tiles {
   int64_t stride_[4] = {};
 };
 
+}  // namespace
 }  // namespace kernels::cpu::amx

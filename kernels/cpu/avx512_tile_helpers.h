@@ -10,6 +10,10 @@
 #include "kernels/numeric.h"
 
 namespace kernels::cpu::amx {
+// Internal linkage: this header is also compiled under the AMX and AVX-512 target pragmas
+// (gemm_amx_hw.cpp, tiles_avx512_bf16.cpp), and no copy of its code compiled there may be
+// the one a generic caller links to.
+namespace {
 
 inline void round_row_avx512_bf16(const float* sum, const float* bias, bfloat16* out, int64_t n, bool relu) {
   const __mmask16 lo = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
@@ -20,8 +24,10 @@ inline void round_row_avx512_bf16(const float* sum, const float* bias, bfloat16*
     b = _mm512_add_ps(b, _mm512_maskz_loadu_ps(hi, bias + 16));
   }
   if (relu) {  // MAXPS returns its second operand for a NaN or two zeros: x > 0 ? x : +0
-    a = _mm512_max_ps(a, _mm512_setzero_ps());
-    b = _mm512_max_ps(b, _mm512_setzero_ps());
+    // (the masked form: GCC 12's _mm512_max_ps trips -Wmaybe-uninitialized in its own header)
+    const __m512 zero = _mm512_setzero_ps();
+    a = _mm512_mask_max_ps(a, __mmask16(0xffff), a, zero);
+    b = _mm512_mask_max_ps(b, __mmask16(0xffff), b, zero);
   }
   const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low 16 words
   _mm512_mask_storeu_epi16(out, (__mmask32(hi) << 16) | lo, packed);
@@ -49,4 +55,5 @@ inline void transpose32_avx512(const uint16_t* src, int64_t src_stride, uint16_t
   for (int i = 0; i < 32; ++i) _mm512_storeu_si512(dst + i * dst_stride, r[i]);
 }
 
+}  // namespace
 }  // namespace kernels::cpu::amx

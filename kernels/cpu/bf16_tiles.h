@@ -29,7 +29,7 @@ bool tile_conv_worth_it(const ConvShape& sh);
 
 // Every dense BF16 convolution that is worth it goes to the tiles where the CPU has a unit. Two routes
 // (conv_tiles.h): the flat one without a column matrix, where the padding wastes little, and
-// im2col + tile GEMM for the rest (the stem's 3 channels, stride 2, 1 x 1, 4 x 4 images).
+// im2col + tile GEMM for the rest (stride 2, 1 x 1, 4 x 4 images).
 // TileRoute forces one, for tests and benchmarks.
 enum class TileRoute { Auto, Flat, Columns };
 const char* tile_route_name(TileRoute route);

@@ -29,8 +29,14 @@ namespace kernels::cpu::amx {
 
 // Images per chunk of a pass whose operands take `per_image` bytes an image: the chunk's
 // operands stay in the L2 caches while every task reads them. The tests lower chunk_bytes to
-// run one image a chunk.
+// run one image a chunk (one variable for the whole program).
 inline int64_t tile_chunk_bytes = int64_t(3) << 19;  // 1.5 MiB
+
+// Internal linkage from here: this header is also compiled under the AMX and AVX-512 target
+// pragmas (gemm_amx_hw.cpp, tiles_avx512_bf16.cpp), and no copy of its code compiled there may
+// be the one a generic caller links to.
+namespace {
+
 inline int64_t tile_images_per_chunk(int64_t n, int64_t per_image) {
   return std::clamp<int64_t>(tile_chunk_bytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(n, 1));
 }
@@ -264,8 +270,9 @@ inline void pair_input(const ConvShape& sh, const TileConvGeometry& g, const bfl
 
 // The filter gradient: for each tap, gw[:, tap, :] = GY^T * X_tap, summed over every pixel of
 // every image: A = gy transposed (32 output channels x 32 pixels a step), B = the input pixels the
-// tap reads, in VNNI pairs (pair_input). Wrapped pixels are zero in A, so the input values they
-// meet add nothing. The images go in chunks whose operands fit in L2: each task (32 output
+// tap reads, in VNNI pairs (pair_input). Wrapped pixels are zero in A, so the finite input
+// values they meet add nothing (an inf or NaN there would give a NaN the other routes do not:
+// such a step is skipped by the loss scaler anyway). The images go in chunks whose operands fit in L2: each task (32 output
 // channels, tap, 32 input channels) keeps its sums in FP32 between chunks and adds the images in
 // one fixed order, so the bits do not depend on the thread count.
 template <class Tiles>
@@ -391,9 +398,12 @@ inline void im2col_rows(const ConvShape& sh, const bfloat16* x, int64_t b0, int6
   std::fill(col + rows * Kp, col + Mp * Kp, bfloat16::from_bits(0));
 }
 
-// Images per chunk of the column route: a chunk's column matrix about 2 MiB.
+// Images per chunk of the column route: a chunk's column matrix about 2 MiB (it is read once per
+// block row, so it may be larger than the other passes' chunks).
 inline int64_t column_images_per_chunk(const ConvShape& sh) {
-  return tile_images_per_chunk(sh.n, sh.out_h() * sh.out_w() * round_up32(sh.patch()) * 2 * 3 / 4);
+  constexpr int64_t kColumnChunkBytes = int64_t(1) << 21;
+  const int64_t per_image = sh.out_h() * sh.out_w() * round_up32(sh.patch()) * 2;
+  return std::clamp<int64_t>(kColumnChunkBytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(sh.n, 1));
 }
 
 // Forward: Y = col(x) * W^T per chunk of images, W packed (VNNI blocks, Kp = round_up32(patch),
@@ -561,7 +571,8 @@ void transpose_gy_columns(const ConvShape& sh, const bfloat16* gy, int64_t P, in
 // Filter gradient: GW (K x patch) = GY^T * col(x) over all the batch's pixels at once. A = gy
 // transposed (output channels x pixels); B = the column matrix in VNNI pairs of pixels, built
 // panel by panel (a few taps' channels x at most 1024 pixels, in L2) from two im2col rows at a
-// time while the block loop runs; K chunks keep their sums in FP32 tiles' memory. Each block is
+// time while the block loop runs; between K chunks each block's FP32 sums wait in scratch slot 8.
+// Each block is
 // summed on one thread in a fixed order: the bits do not depend on the thread count.
 // Scratch slots: 0 gy transposed, 1 the B panel, 3 the bias partial sums, 4 two im2col rows a
 // thread (and 8, the block loop's sums).
@@ -576,8 +587,8 @@ void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, c
   bfloat16* panel = scratch<bfloat16>(1, panel_n(Np, Kp) * panel_k(Kp));
   auto fill = [&](int64_t n0, int64_t nc, int64_t k0, int64_t kc) {
     // This thread's run of the panel's pair rows, walked with a cursor over the pixels.
-    const int64_t pairs = kc / 2, threads = team_size(), me = team_rank();
-    const int64_t lo = pairs * me / threads, hi = pairs * (me + 1) / threads;
+    const int64_t pair_rows = kc / 2, threads = team_size(), me = team_rank();
+    const int64_t lo = pair_rows * me / threads, hi = pair_rows * (me + 1) / threads;
     bfloat16* two = scratch<bfloat16>(4, 2 * nc);
     PixelCursor at(sh, 0, std::min(k0 + 2 * lo, P));
     for (int64_t kk = lo; kk < hi; ++kk) {
@@ -615,9 +626,11 @@ void tile_conv_backward_filter_columns(const ConvShape& sh, const bfloat16* x, c
   }
 }
 
+}  // namespace
 }  // namespace kernels::cpu::amx
 
 namespace kernels::cpu::amx {
+namespace {
 
 // ---- which route ------------------------------------------------------------------------------
 // Padding c to 32 costs round_up32(c) / c of the flat route's work: taken up to 2x (c >= 16);
@@ -662,4 +675,5 @@ void tile_conv2d_backward_filter(TileRoute route, const ConvShape& sh, const bfl
     tile_conv_backward_filter_columns<Tiles>(sh, x, gy, gw, gbias);
 }
 
+}  // namespace
 }  // namespace kernels::cpu::amx

@@ -17,6 +17,10 @@
 #include "kernels/numeric.h"
 
 namespace kernels::cpu::amx {
+// Internal linkage: this header is also compiled under the AMX and AVX-512 target pragmas
+// (gemm_amx_hw.cpp, tiles_avx512_bf16.cpp), and no copy of its code compiled there may be
+// the one a generic caller links to.
+namespace {
 
 // The four C tiles of a 32 x 32 block as one row-major 32 x 32 FP32 array (row pitch 32): tile
 // i holds rows 16 * (i / 2) and columns 16 * (i % 2) of the block.
@@ -211,7 +215,8 @@ void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha
     std::fill(ap, ap + Mp * Kp, bfloat16::from_bits(0));
     std::fill(bp, bp + Np * Kp, bfloat16::from_bits(0));
   }
-  const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+  // With no products the sums are +0; a +0 factor keeps them so (a negative alpha would make -0).
+  const float fa = use_ab ? static_cast<float>(alpha) : 0.f, fb = static_cast<float>(beta);
   tile_gemm_blocks<Tiles>(Mp, Np, Kp, ap, Kp, bp, [&](int64_t i0, int64_t j0, const float* block) {
     const int64_t cn = std::min<int64_t>(32, N - j0);
     for (int64_t r = 0; r < 32 && i0 + r < M; ++r) {
@@ -226,4 +231,5 @@ void tile_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha
   });
 }
 
+}  // namespace
 }  // namespace kernels::cpu::amx

@@ -60,7 +60,7 @@ template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y
 
 // argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
 template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax, Stream = nullptr) {
-  if (s.kernel == 2 && s.stride == 2 && s.pad == 0)  // every window inside the image
+  if (s.kernel == 2 && s.stride == 2 && s.pad == 0 && s.h >= 2 && s.w >= 2)  // every window inside
     return detail::max_pool2x2_forward(s, x, y, argmax);
   const int64_t oh = s.out_h(), ow = s.out_w();
 #pragma omp parallel if (s.n * oh > 16)

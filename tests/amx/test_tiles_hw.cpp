@@ -90,14 +90,15 @@ TEST_CASE("the hardware units' store and transpose give the portable twins' bits
                                0x3f818000u, 0x00800000u};
   for (int i = 0; i < 8; ++i) std::memcpy(&sum[3 * i], &specials[i], 4);
   for (int64_t n : {int64_t(32), int64_t(17), int64_t(16), int64_t(5), int64_t(0)})
-    for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
-      INFO("n " << n << (b ? " with bias" : ""));
-      std::vector<kernels::bfloat16> hw(33, kernels::bfloat16::from_bits(0x1234)), emu = hw;
-      kc::amx::EmulatedTiles::round_row(sum.data(), b, emu.data(), n);
-      if (kc::cpu_isa() == kc::CpuIsa::Amx) kc::tile_round_row(kc::TileUnit::Amx, sum.data(), b, hw.data(), n);
-      else kc::tile_round_row(kc::TileUnit::Avx512Bf16, sum.data(), b, hw.data(), n);
-      CHECK(std::memcmp(hw.data(), emu.data(), sizeof(uint16_t) * 33) == 0);  // nothing past n written
-    }
+    for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())})
+      for (bool relu : {false, true}) {
+        INFO("n " << n << (b ? " with bias" : "") << (relu ? ", ReLU" : ""));
+        std::vector<kernels::bfloat16> hw(33, kernels::bfloat16::from_bits(0x1234)), emu = hw;
+        kc::amx::EmulatedTiles::round_row(sum.data(), b, emu.data(), n, relu);
+        const kc::TileUnit unit = kc::cpu_isa() == kc::CpuIsa::Amx ? kc::TileUnit::Amx : kc::TileUnit::Avx512Bf16;
+        kc::tile_round_row(unit, sum.data(), b, hw.data(), n, relu);
+        CHECK(std::memcmp(hw.data(), emu.data(), sizeof(uint16_t) * 33) == 0);  // nothing past n written
+      }
   std::vector<uint16_t> src(32 * 40), t_hw(32 * 36, 7), t_emu(32 * 36, 7);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
   kc::amx::EmulatedTiles::transpose32(src.data(), 40, t_emu.data(), 36);
