@@ -5,6 +5,7 @@
 //   str: u32 length + bytes
 #include "engine/checkpoint.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -129,26 +130,43 @@ void save_checkpoint(const std::string& path, const StateDict& state) {
 
 void write_file_atomically(const std::string& path, const std::string& bytes, const char* what) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ENGINE_CHECK(fd >= 0, "cannot write " << what << " " << tmp << ": " << std::strerror(errno));
+  // Every failure says whether an earlier file at `path` is still there: it is never touched
+  // before the rename, so a full disk or a second signal leaves it whole.
+  const auto fail = [&](const char* doing, int err) {
+    ::unlink(tmp.c_str());
+    const bool previous = ::access(path.c_str(), F_OK) == 0;
+    ENGINE_FAIL("cannot " << doing << " " << what << " " << tmp << ": " << std::strerror(err) << "; "
+                          << (previous ? "the previous " + std::string(what) + " " + path + " is unchanged"
+                                       : std::string("nothing was written to ") + path));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("write", errno);
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      const int err = errno;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
       ::close(fd);
-      ::unlink(tmp.c_str());
-      ENGINE_FAIL("cannot write " << what << " " << tmp << ": " << std::strerror(err));
+      fail("write", err);
     }
     done += static_cast<size_t>(n);
   }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!synced) ::unlink(tmp.c_str());
-  ENGINE_CHECK(synced, "cannot flush " << what << " " << tmp << ": " << std::strerror(err));
-  ENGINE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-               "cannot rename " << tmp << " to " << path << ": " << std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("flush", err);
+  }
+  if (::close(fd) != 0) fail("close", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into place", errno);
+  // The rename itself is durable once the folder is flushed too.
+  const std::string::size_type slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
 }
 
 StateDict load_checkpoint(const std::string& path) {

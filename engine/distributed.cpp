@@ -261,6 +261,48 @@ void all_reduce_sum(Tensor& t, const char* what) {
 #endif
 }
 
+// ---- stopping together -------------------------------------------------------------------
+StopVote::~StopVote() {
+  // A vote every rank started must end on every rank before MPI_Finalize; the others are
+  // finishing theirs too (same calls, same order), so this wait is short.
+  if (pending_) finish_pending();
+}
+
+int StopVote::finish_pending() {
+  if (!pending_) return 0;
+  pending_ = false;
+#ifdef ENGINE_WITH_MPI
+  static_assert(sizeof(MPI_Request) <= sizeof mpi_request_, "StopVote::mpi_request_ must hold an MPI_Request");
+  wait(*reinterpret_cast<MPI_Request*>(mpi_request_), "agreement on a stop request");
+#endif
+  return result_;
+}
+
+int StopVote::vote(int request_here) {
+  if (!distributed()) return request_here;
+  if (const int agreed = finish_pending()) return agreed;
+#ifdef ENGINE_WITH_MPI
+  request_ = request_here;
+  mpi_check(MPI_Iallreduce(&request_, &result_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                           reinterpret_cast<MPI_Request*>(mpi_request_)),
+            "MPI_Iallreduce");
+  pending_ = true;
+#endif
+  return 0;
+}
+
+int StopVote::vote_now(int request_here) {
+  if (!distributed()) return request_here;
+  const int earlier = finish_pending();
+  int now = request_here;
+#ifdef ENGINE_WITH_MPI
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(&request_here, &now, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req), "MPI_Iallreduce");
+  wait(req, "agreement on a stop request");
+#endif
+  return std::max(earlier, now);
+}
+
 // ---- the model's state across ranks --------------------------------------------------------
 namespace {
 

@@ -55,6 +55,34 @@ void all_reduce_sum(double* values, size_t n, const char* what);
 // over NCCL on the engine's stream (no host wait).
 void all_reduce_sum(Tensor& t, const char* what);
 
+// A stop request (a signal that reached some ranks) turned into one decision every rank takes
+// at the same step, with no host wait of its own: vote() starts this step's non-blocking
+// all-reduce (MAX) of the local request and returns the result of the previous step's vote,
+// finished long ago behind a step of compute and gradient all-reduces. So every rank gets the
+// same answer from the same call, one step after the earliest request. In one process: the
+// request itself, at once. A request is a positive number (the trainer's: the signal's).
+class StopVote {
+ public:
+  StopVote() = default;
+  ~StopVote();
+  StopVote(const StopVote&) = delete;
+  StopVote& operator=(const StopVote&) = delete;
+
+  // Once per step, at the same point on every rank: 0, or the largest request of any rank.
+  // After it returns non-zero, no vote is pending.
+  int vote(int request_here);
+  // Where ranks already wait for each other (the end of an epoch): the pending vote and this
+  // one, blocking: the largest request any rank has made by now, or 0.
+  int vote_now(int request_here);
+
+ private:
+  int finish_pending();  // the pending vote's result (0 when none)
+  int request_ = 0, result_ = 0;
+  bool pending_ = false;
+  // The pending vote's MPI_Request, kept here (no allocation per step; no MPI types in this header).
+  alignas(16) unsigned char mpi_request_[16] = {};
+};
+
 // DDP's start: rank 0's weights, buffers and module state (dropout seeds) to every rank. Also
 // checks that every rank now holds the same bits (a checksum compared across ranks).
 void broadcast_module(Module& m);

@@ -34,6 +34,7 @@
 #include "models/cli.h"
 #include "models/models.h"
 #include "models/pytorch_weights.h"
+#include "models/stop_signals.h"
 #include "models/train_step.h"
 
 namespace {
@@ -65,6 +66,8 @@ struct Config {
   int64_t growth_interval = 2000;
   uint64_t seed = 0;
   std::string checkpoint, resume, log;
+  int64_t checkpoint_every = 0;     // also save every N optimizer steps (0: at epoch ends only)
+  std::vector<std::string> args;    // the command line, for the resume hint after a stop
   std::string export_path;          // --export: the --resume checkpoint as safetensors
   std::string export_dtype = "fp32";
   std::string init_from;            // starting weights from a safetensors file
@@ -127,7 +130,8 @@ Data-parallel (launch with mpirun -np N; one process per device, docs in docs/da
                           ends with an error naming the rank             [300]
 Runs:
   --seed N                initialisation, data order, augmentation, dropout [0]
-  --checkpoint FILE       save after every epoch (and at --max-steps)
+  --checkpoint FILE       save after every epoch (and at --max-steps, and on SIGTERM/SIGINT)
+  --checkpoint-every N    also save every N optimizer steps: what a SIGKILL can cost [off]
   --resume FILE           continue from a checkpoint (bit-identical on the CPU)
   --eval-only             evaluate the --resume checkpoint on the test set and exit
   --export FILE           write the --resume checkpoint's weights as safetensors under
@@ -157,6 +161,11 @@ Numerics (docs/numerics.md):
                           an FP16/BF16 model: FP32 weights, casts at the layers' edges
   --version               build and library versions (loaded vs built with) and exit
   --help                  this text
+
+Stopping: SIGTERM or SIGINT (Ctrl-C) finishes the step in flight, saves a checkpoint (to
+--checkpoint, or interrupted-MODEL.ckpt when none was given), prints how to resume and exits
+with 128 + the signal's number (143, 130); a second signal exits at once, leaving the last
+checkpoint whole. Under mpirun every rank stops at the same step and rank 0 writes.
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -166,6 +175,7 @@ Numerics (docs/numerics.md):
 
 Config parse_args(int argc, char** argv) {
   Config c;
+  c.args.assign(argv, argv + argc);
   std::map<std::string, std::function<void(const std::string&)>> valued;
   auto to_int = [](const std::string& flag, const std::string& v, int64_t lo) {
     char* end = nullptr;
@@ -216,6 +226,7 @@ Config parse_args(int argc, char** argv) {
   valued["--seed"] = [&](const std::string& v) { c.seed = static_cast<uint64_t>(to_int("--seed", v, 0)); };
   valued["--checkpoint"] = [&](const std::string& v) { c.checkpoint = v; };
   valued["--resume"] = [&](const std::string& v) { c.resume = v; };
+  valued["--checkpoint-every"] = [&](const std::string& v) { c.checkpoint_every = to_int("--checkpoint-every", v, 1); };
   valued["--export"] = [&](const std::string& v) { c.export_path = v; };
   valued["--export-dtype"] = [&](const std::string& v) { c.export_dtype = choice("--export-dtype", v, {"fp32", "fp16", "bf16"}); };
   valued["--init-from"] = [&](const std::string& v) { c.init_from = v; };
@@ -273,6 +284,7 @@ Config parse_args(int argc, char** argv) {
     }
   }
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
+  if (c.checkpoint_every > 0 && c.checkpoint.empty()) usage_error("--checkpoint-every needs --checkpoint FILE");
   if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
   if (!c.export_path.empty() && c.eval_only) usage_error("--export and --eval-only are separate runs");
   if (c.export_path.empty() && c.export_dtype != "fp32") usage_error("--export-dtype applies to --export only");
@@ -500,7 +512,7 @@ void resume(const Config& cfg, Training& t) {
     ENGINE_CHECK(saved_k == cfg.accumulate, "checkpoint " << cfg.resume << " was trained with --accumulate " << saved_k
                                                           << ", not " << cfg.accumulate);
   }
-  std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(t.step));
+  std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(ck.get_int("step")));
 }
 
 // Called on every rank: rank 0's batch-norm statistics go to all (as DDP's), rank 0 writes,
@@ -642,15 +654,16 @@ struct StepWatch {
 // ---- one epoch ----------------------------------------------------------------------------
 struct EpochResult {
   int64_t images = 0;
-  double seconds = 0, loss_sum = 0;
+  double seconds = 0, loss_sum = 0;  // seconds: training only (not --checkpoint-every's saves)
   int64_t loss_count = 0;
+  int stop_signal = 0;  // the signal that stopped the epoch at a step boundary (StopVote), or 0
 };
 
 // The steps of one epoch from t.step on (a resumed run starts mid-epoch), printing the classic
 // loop's lines and logging them.
 EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_t epoch, int64_t steps_per_epoch,
                         int64_t total_steps, DType compute, engine::Device device, Tensor& x_buf, Tensor& y_buf,
-                        JsonLog& jlog) {
+                        JsonLog& jlog, engine::dist::StopVote& stop, const std::function<void()>& save_checkpoint) {
   auto lr_at = [&](int64_t step) {
     if (cfg.lr_schedule == "constant") return cfg.lr;
     const double f = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total_steps));
@@ -679,7 +692,10 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     if (it == shares.end()) it = shares.emplace(v, Tensor::full({1}, v, DType::F32, device)).first;
     return it->second;
   };
+  double saving_seconds = 0;
   for (int64_t i = t.step % steps_per_epoch; i < steps_per_epoch && t.step < total_steps; ++i) {
+    // A signal on any rank: every rank leaves at the same step boundary (no wait of its own).
+    if ((r.stop_signal = stop.vote(models::StopSignals::received())) != 0) break;
     // Optimizer step i takes micro-batches [i*k, min((i+1)*k, batches)) of the epoch's order.
     const int64_t first = i * k, last = std::min(first + k, batches);
     const int64_t step_begin = first * cfg.batch_size;
@@ -716,6 +732,11 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     models::optimizer_step(*t.opt, scaler, cfg.clip_grad_norm);
     ++t.step;
     watch.report(cfg, t, jlog);
+    if (cfg.checkpoint_every > 0 && t.step % cfg.checkpoint_every == 0) {
+      const auto s0 = std::chrono::steady_clock::now();
+      save_checkpoint();
+      saving_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    }
     const bool log_now = (i + 1) % cfg.log_every == 0 || i == steps_per_epoch - 1;  // the classic loop's cadence
     // The live progress line on a terminal, ten times per log interval: reading the loss
     // and scale is a host sync on a GPU, so never on every step.
@@ -749,8 +770,39 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     if (cfg.clip_grad_norm > 0) fields.push_back({"grad_norm", norm});
     jlog.write("step", fields);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - saving_seconds;
   return r;
+}
+
+// ---- stopped by a signal -------------------------------------------------------------------
+// Saves (unless the step's checkpoint is already written), says where and how to resume, and
+// gives the exit status of the signal.
+int stop_saved(const Config& cfg, const Training& t, const std::vector<std::string>& class_names,
+               int64_t steps_per_epoch, int sig, bool saved) {
+  const std::string path = cfg.checkpoint.empty() ? "interrupted-" + cfg.model + ".ckpt" : cfg.checkpoint;
+  if (!saved) save(cfg, t, class_names, path);
+  // The same command line continues the run: the same flags, --resume the saved file.
+  std::string again;
+  for (size_t i = 0; i < cfg.args.size(); ++i) {
+    const std::string& a = cfg.args[i];
+    if (a == "--resume" || a == "--init-from") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--resume=", 0) == 0 || a.rfind("--init-from=", 0) == 0) continue;
+    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                         "0123456789-_=./,:+@%") == std::string::npos;
+    again += (again.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  if (engine::dist::world().size > 1) again = "mpirun -np " + std::to_string(engine::dist::world().size) + " " + again;
+  std::fflush(stdout);
+  std::fprintf(stderr, "trainer: stopped by %s after step %lld (epoch %lld, step %lld of %lld); checkpoint saved to "
+               "%s; resume with: %s --resume %s\n",
+               models::StopSignals::name(sig), static_cast<long long>(t.step),
+               static_cast<long long>((t.step - 1) / steps_per_epoch + 1),
+               static_cast<long long>((t.step - 1) % steps_per_epoch + 1), static_cast<long long>(steps_per_epoch),
+               path.c_str(), again.c_str(), path.c_str());
+  return models::StopSignals::exit_code(sig);
 }
 
 // ---- the summary ----------------------------------------------------------------------------
@@ -911,11 +963,16 @@ int run(const Config& cfg) {
   double train_seconds = 0;
   int64_t images_seen = 0;
   EvalResult last{};
+  // From here a signal stops the run at a step boundary, saved (models/stop_signals.h).
+  const models::StopSignals signals;
+  dist::StopVote stop;
+  const auto save_checkpoint = [&] { save(cfg, t, data.class_names, cfg.checkpoint); };
   for (int64_t epoch = t.step / steps_per_epoch; epoch < cfg.epochs && t.step < total_steps; ++epoch) {
-    const EpochResult e =
-        train_epoch(cfg, t, data, epoch, steps_per_epoch, total_steps, compute, device, x_buf, y_buf, jlog);
+    const EpochResult e = train_epoch(cfg, t, data, epoch, steps_per_epoch, total_steps, compute, device, x_buf, y_buf,
+                                      jlog, stop, save_checkpoint);
     train_seconds += e.seconds;
     images_seen += e.images;
+    if (e.stop_signal) return stop_saved(cfg, t, data.class_names, steps_per_epoch, e.stop_signal, false);
     last = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
     double epoch_images = static_cast<double>(e.images);  // over all ranks
     dist::all_reduce_sum(&epoch_images, 1, "images this epoch");
@@ -927,7 +984,10 @@ int run(const Config& cfg) {
                          {"test_accuracy", last.accuracy}, {"images_per_s", epoch_images / e.seconds},
                          {"epoch_seconds", e.seconds},
                          {"train_loss", e.loss_count ? e.loss_sum / double(e.loss_count) : NAN}});
-    if (!cfg.checkpoint.empty()) save(cfg, t, data.class_names, cfg.checkpoint);
+    if (!cfg.checkpoint.empty()) save_checkpoint();
+    // A signal during the evaluation or the save: stop here (every rank waits here anyway).
+    if (const int sig = stop.vote_now(models::StopSignals::received()); sig && t.step < total_steps)
+      return stop_saved(cfg, t, data.class_names, steps_per_epoch, sig, !cfg.checkpoint.empty());
   }
   // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
   if (!cfg.checkpoint.empty() && t.step % steps_per_epoch != 0) save(cfg, t, data.class_names, cfg.checkpoint);

@@ -38,6 +38,8 @@ if [ "$rc" = 0 ] && grep -q -- "--precision P" <<<"$help" && grep -q -- "--inspe
   pass "--help lists the flags"; else fail "--help -> exit $rc"; fi
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
 expect 2 "--deterministic takes no value" -- --deterministic=1
+expect 2 "--checkpoint-every needs --checkpoint FILE" -- --checkpoint-every 10
+expect 2 "--checkpoint-every expects an integer >= 1" -- --checkpoint-every 0 --checkpoint x.ckpt
 # --version: the build, the CPU ISA in use, and in a CUDA build the loaded vs built library versions.
 ver=$("$trainer" --version 2>&1); rc=$?
 if [ "$rc" = 0 ] && grep -q "CUDA backend" <<<"$ver" && grep -q "^CPU ISA: [a-z0-9_]* for the matrix-unit kernels" <<<"$ver" &&

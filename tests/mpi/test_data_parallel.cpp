@@ -260,6 +260,25 @@ TEST_CASE("an overflow on one rank only skips the step and halves the scale on e
 // equals one process with plain batch-norm at the global batch (FP64; the bound as above, the
 // statistics adding two more sums of the same kind). Without --sync-bn each rank normalises by
 // its own half's statistics and the runs differ by far more.
+TEST_CASE("a stop request on one rank is agreed by every rank at the same vote, one step later", "[mpi]") {
+  const int rank = dist::world().rank;
+  dist::StopVote vote;
+  // Rank 1 asks at vote 3 (its signal number, 15); rank 0 never does. Every rank must see 0
+  // through vote 3 and 15 at vote 4: the vote started at step 3 is read at step 4.
+  std::vector<int> seen;
+  for (int call = 1; call <= 6; ++call) {
+    const int result = vote.vote(rank == 1 && call >= 3 ? 15 : 0);
+    seen.push_back(result);
+    if (result) break;
+  }
+  CHECK(seen == std::vector<int>{0, 0, 0, 15});
+  // The blocking form: rank 0 asks (SIGINT, 2), rank 1 does not; both get 2 at once. A
+  // pending vote is folded in first (here: none pending after the stop above).
+  CHECK(vote.vote_now(rank == 0 ? 2 : 0) == 2);
+  CHECK(vote.vote(0) == 0);  // a fresh vote starts; a later vote_now collects it
+  CHECK(vote.vote_now(0) == 0);
+}
+
 TEST_CASE("sync-BN equals one process's batch-norm at the global batch; per-rank BN does not", "[mpi]") {
   Run ref = make_run("sgd", DType::F64, true, false, false);
   Run sync = make_run("sgd", DType::F64, true, false, true);
