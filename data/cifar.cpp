@@ -20,10 +20,14 @@
 #include "engine/error.h"
 
 // Refuse big headers before stb allocates anything; read only the two formats we accept.
-#define STBI_MAX_DIMENSIONS 1024
+#define STBI_MAX_DIMENSIONS 1024  // data::kMaxImageSide
 #define STBI_ONLY_JPEG
 #define STBI_ONLY_PNG
 #define STBI_NO_STDIO  // we read the files ourselves, so errors name them our way
+// stb's internal assert()s are off in release builds (NDEBUG) and fire on corrupt JPEG data in
+// builds without NDEBUG (the fuzzers'): one behaviour everywhere, the release one. What guards
+// memory there is the sanitizers' bounds checks, which stay on.
+#define STBI_ASSERT(x) ((void)0)
 #define STB_IMAGE_IMPLEMENTATION
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -34,6 +38,7 @@
 #pragma GCC diagnostic ignored "-Wtype-limits"
 #include <stb/stb_image.h>
 #pragma GCC diagnostic pop
+static_assert(data::kMaxImageSide == STBI_MAX_DIMENSIONS, "predict's stated limit is stb_image's");
 
 namespace data {
 namespace {
@@ -240,17 +245,153 @@ void decode_image(const ImageFile& f, std::vector<uint8_t>& buf, uint8_t* dst) {
   ENGINE_CHECK(f.size <= (16u << 20), "image '" << name << "' is " << f.size
                                                 << " bytes, far too large for a 32x32 image");
   read_file_into(f.path, f.size, buf, "image");
+  decode_cifar_image(buf.data(), buf.size(), name, dst);
+}
+
+}  // namespace
+
+namespace {
+
+// stb_image 2.27 (Debian 12's libstb-dev) builds a JPEG Huffman table from 16 code counts
+// without checking that they add up to at most 256, and then writes past its 257-entry size
+// table (found by tests/fuzz: regressions/image/jpeg-dht-over-256-codes; 2.28 checks it).
+// Refused here first. Every place stb could read a DHT segment starts with the bytes FF C4,
+// so each is walked the way stb walks it; a false alarm needs FF C4 inside another segment's
+// data followed by counts over 256, and costs one refused image, never a wrong decode.
+bool jpeg_huffman_counts_fit(const uint8_t* b, size_t n) {
+  const auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };  // stb reads 0 past the end
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (b[i] != 0xFF || b[i + 1] != 0xC4) continue;
+    size_t pos = i + 2;
+    long left = static_cast<long>(at(pos) << 8 | at(pos + 1)) - 2;
+    pos += 2;
+    while (left > 0 && pos < n) {
+      const unsigned q = at(pos++);
+      if ((q >> 4) > 1 || (q & 15) > 3) break;  // stb stops here with an error of its own
+      unsigned codes = 0;
+      for (int k = 0; k < 16; ++k) codes += at(pos++);
+      if (codes > 256) return false;
+      pos += codes;
+      left -= 17 + static_cast<long>(codes);
+    }
+  }
+  return true;
+}
+
+// stb_image 2.27 decodes a scan with whatever Huffman tables its ids name, defined or not (its
+// tables are not zeroed), and then indexes its symbol table with garbage: a read far outside
+// it (found by tests/fuzz: regressions/image/jpeg-huffman-symbol-index-negative; 2.28 checks
+// the index). Refused here: the markers are walked in order, as stb reads them (segments by
+// their length; entropy-coded data up to the next marker that is not a restart or a stuffed
+// byte), and every scan must use tables a DHT segment defined before it.
+bool jpeg_scans_use_defined_tables(const uint8_t* b, size_t n) {
+  const auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
+  bool dc[4] = {}, ac[4] = {}, progressive = false, frame = false;
+  size_t pos = 0;
+  while (pos < n && b[pos] == 0xFF) ++pos;  // fill bytes, then SOI (D8)
+  ++pos;
+  while (pos + 1 < n) {
+    if (b[pos] != 0xFF) {  // before the frame header stb skips stray bytes; after it, it stops
+      if (frame) return true;
+      ++pos;
+      continue;
+    }
+    while (pos < n && b[pos] == 0xFF) ++pos;
+    if (pos >= n) return true;
+    const unsigned m = b[pos++];
+    if (m == 0xD9) return true;                               // EOI
+    if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) return true;   // stb: "unknown marker", stops
+    const size_t length = at(pos) << 8 | at(pos + 1);
+    const size_t end = pos + length;
+    if (m == 0xC4) {  // DHT: tables until the segment's length is used up, as stb reads them
+      size_t q = pos + 2;
+      long left = static_cast<long>(length) - 2;
+      while (left > 0 && q < n) {
+        const unsigned tc = at(q) >> 4, th = at(q) & 15;
+        if (tc > 1 || th > 3) return true;  // stb stops with an error
+        unsigned codes = 0;
+        for (int k = 0; k < 16; ++k) codes += at(q + 1 + k);
+        if (codes > 256) return false;
+        (tc == 0 ? dc : ac)[th] = true;
+        q += 17 + codes;
+        left -= 17 + static_cast<long>(codes);
+      }
+      pos = q;  // stb goes on from where its reads ended
+      continue;
+    }
+    if (m == 0xC0 || m == 0xC1 || m == 0xC2) {
+      frame = true;
+      progressive = m == 0xC2;
+    }
+    if (m == 0xDA) {  // SOS: each component's DC and/or AC table must exist by now
+      const unsigned components = at(pos + 2);
+      const size_t spectral = pos + 3 + 2 * components;
+      const bool uses_dc = !progressive || at(spectral) == 0, uses_ac = !progressive || at(spectral) != 0;
+      for (unsigned c = 0; c < components; ++c) {
+        const unsigned tables = at(pos + 4 + 2 * c), td = tables >> 4, ta = tables & 15;
+        if (td > 3 || ta > 3) return true;  // stb refuses these itself
+        if ((uses_dc && !dc[td]) || (uses_ac && !ac[ta])) return false;
+      }
+      // The entropy-coded data: up to the next FF that is not stuffing (FF 00), a restart
+      // (FF D0-D7) or fill.
+      size_t d = end;
+      while (d + 1 < n && !(b[d] == 0xFF && b[d + 1] != 0x00 && b[d + 1] != 0xFF && (b[d + 1] < 0xD0 || b[d + 1] > 0xD7)))
+        ++d;
+      if (d + 1 >= n) return true;
+      pos = d;
+      continue;
+    }
+    pos = end;  // any other segment: skipped by its length
+  }
+  return true;
+}
+
+// stb_image grows its buffer to a PNG chunk's declared length before reading the chunk, so a
+// 100-byte file declaring a 2 GB IDAT asks for 2 GB (found by tests/fuzz:
+// regressions/image/png-idat-declares-2gb). A chunk must fit in the file.
+bool png_chunks_fit(const uint8_t* b, size_t n) {
+  for (size_t pos = 8; pos + 8 <= n;) {
+    const uint64_t length = uint64_t{b[pos]} << 24 | uint64_t{b[pos + 1]} << 16 | uint64_t{b[pos + 2]} << 8 | b[pos + 3];
+    if (length + 12 > n - pos) return false;  // length, type, data, CRC
+    if (std::memcmp(b + pos + 4, "IEND", 4) == 0) break;
+    pos += 12 + length;
+  }
+  return true;
+}
+
+// Refuses, before stb_image sees them, the inputs it is known to mishandle.
+void check_before_stb(const uint8_t* bytes, size_t size, const std::string& name) {
+  static const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  const bool png = size >= 8 && std::memcmp(bytes, kPngSignature, 8) == 0;
+  ENGINE_CHECK(!png || png_chunks_fit(bytes, size),
+               "cannot decode image '" << name << "': a PNG chunk runs past the end of the file (truncated or corrupt)");
+  // stb takes it for a JPEG when one or more FF bytes lead to D8 (fill bytes are skipped).
+  size_t first = 0;
+  while (first < size && bytes[first] == 0xFF) ++first;
+  const bool jpeg = first > 0 && first < size && bytes[first] == 0xD8;
+  ENGINE_CHECK(!jpeg || jpeg_huffman_counts_fit(bytes, size),
+               "cannot decode image '" << name << "': a JPEG Huffman table declares more than 256 codes (corrupt or crafted)");
+  ENGINE_CHECK(!jpeg || jpeg_scans_use_defined_tables(bytes, size),
+               "cannot decode image '" << name << "': a JPEG scan uses a Huffman table no DHT segment defined (corrupt or crafted)");
+}
+
+}  // namespace
+
+void decode_cifar_image(const uint8_t* bytes, size_t size, const std::string& name, uint8_t* dst) {
   auto reason = [] {
     const char* r = stbi_failure_reason();
     return r ? r : "unknown error";
   };
+  ENGINE_CHECK(size <= (16u << 20), "image '" << name << "' is " << size << " bytes, far too large for a 32x32 image");
+  check_before_stb(bytes, size, name);
+  const uint8_t* buf = bytes;
   int w = 0, h = 0, comp = 0;
-  const int len = static_cast<int>(buf.size());
-  ENGINE_CHECK(stbi_info_from_memory(buf.data(), len, &w, &h, &comp),
+  const int len = static_cast<int>(size);
+  ENGINE_CHECK(stbi_info_from_memory(buf, len, &w, &h, &comp),
                "cannot decode image '" << name << "': " << reason());
   ENGINE_CHECK(w == Dataset::kW && h == Dataset::kH,
                "image '" << name << "' is " << w << "x" << h << "; CIFAR-10 images must be 32x32");
-  unsigned char* px = stbi_load_from_memory(buf.data(), len, &w, &h, &comp, Dataset::kC);
+  unsigned char* px = stbi_load_from_memory(buf, len, &w, &h, &comp, Dataset::kC);
   ENGINE_CHECK(px != nullptr, "cannot decode image '" << name << "': " << reason());
   // The header said 32x32, but re-check what was decoded before copying a fixed size.
   bool ok = (w == Dataset::kW && h == Dataset::kH);
@@ -258,6 +399,8 @@ void decode_image(const ImageFile& f, std::vector<uint8_t>& buf, uint8_t* dst) {
   stbi_image_free(px);
   ENGINE_CHECK(ok, "image '" << name << "' decoded to " << w << "x" << h << ", not 32x32");
 }
+
+namespace {
 
 Dataset decode_images(const std::vector<ImageFile>& files, bool verbose, const std::string& what) {
   Dataset d;
@@ -550,6 +693,14 @@ Dataset read_cifar_binary_records(const std::string& path) {
                                     "3072 pixel bytes per record)");
   std::vector<uint8_t> bytes;
   read_file_into(path, size, bytes, "CIFAR-10 file");
+  return parse_cifar_binary_records(bytes, path);
+}
+
+Dataset parse_cifar_binary_records(const std::vector<uint8_t>& bytes, const std::string& path) {
+  ENGINE_CHECK(!bytes.empty() && bytes.size() % kCifarRecordBytes == 0,
+               "CIFAR-10 file '" << path << "' has " << bytes.size()
+                                 << " bytes; expected a positive multiple of 3073 (1 label byte + "
+                                    "3072 pixel bytes per record)");
   Dataset d;
   append_records(path, bytes, d);
   return d;
@@ -586,13 +737,20 @@ Image read_image(const std::string& path) {
   ENGINE_CHECK(size <= (64u << 20), "image '" << path << "' is " << size << " bytes; images above 64 MB are refused");
   std::vector<uint8_t> buf;
   read_file_into(path, size, buf, "image");
-  int w = 0, h = 0, comp = 0;
-  unsigned char* px = stbi_load_from_memory(buf.data(), static_cast<int>(buf.size()), &w, &h, &comp, Dataset::kC);
-  if (!px) {
+  return decode_image(buf.data(), buf.size(), path);
+}
+
+Image decode_image(const uint8_t* bytes, size_t size, const std::string& path) {
+  ENGINE_CHECK(size <= (64u << 20), "image '" << path << "' is " << size << " bytes; images above 64 MB are refused");
+  const auto reason = [] {
     const char* r = stbi_failure_reason();
-    ENGINE_FAIL("cannot decode image '" << path << "': " << (r ? r : "unknown error")
-                                        << " (PNG or JPEG up to 1024x1024 are read)");
-  }
+    return r ? r : "unknown error";
+  };
+  check_before_stb(bytes, size, path);
+  int w = 0, h = 0, comp = 0;
+  // stb_image refuses a header over STBI_MAX_DIMENSIONS (kMaxImageSide) before allocating.
+  unsigned char* px = stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &comp, Dataset::kC);
+  if (!px) ENGINE_FAIL("cannot decode image '" << path << "': " << reason() << " (PNG or JPEG up to 1024x1024 are read)");
   Image img{w, h, std::vector<uint8_t>(px, px + static_cast<size_t>(w) * h * Dataset::kC)};
   stbi_image_free(px);
   return img;

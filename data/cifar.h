@@ -37,6 +37,8 @@ const std::vector<std::string>& cifar10_class_names();
 // Lenient, low-level: any file whose size is a positive multiple of 3,073 bytes (tests build
 // small ones). Planes are converted to HWC; a label > 9 is an error naming the record.
 Dataset read_cifar_binary_records(const std::string& path);
+// The same on a file's bytes in memory; `path` names it in errors.
+Dataset parse_cifar_binary_records(const std::vector<uint8_t>& bytes, const std::string& path);
 
 // Strict, for the real data: every file must be exactly 30,730,000 bytes. Files are
 // concatenated in the order given.
@@ -57,6 +59,11 @@ struct Image {
   std::vector<uint8_t> rgb;  // height * width * 3
 };
 Image read_image(const std::string& path);
+constexpr int kMaxImageSide = 1024;  // larger headers are refused before any pixel is allocated
+// The same on a file's bytes in memory; `path` names it in errors.
+Image decode_image(const uint8_t* bytes, size_t size, const std::string& path);
+// One image of an image folder: exactly 32x32, any channels, written as RGB to dst (3,072 bytes).
+void decode_cifar_image(const uint8_t* bytes, size_t size, const std::string& name, uint8_t* dst);
 
 // Bilinear resampling with half-pixel centres (OpenCV's INTER_LINEAR, PyTorch's
 // interpolate(mode="bilinear", align_corners=False) without antialiasing): each output pixel

@@ -41,7 +41,8 @@ void* CpuCachingAllocator::allocate(size_t bytes, MemKind kind) {
       cached_bytes_ -= rounded;
     }
   }
-  if (!p && rounded) p = std::aligned_alloc(64, rounded);
+  const bool fresh = !p && rounded;
+  if (fresh) p = std::aligned_alloc(64, rounded);
   if (!p && rounded) {
     release_cached();  // give the cache back and try once more
     p = std::aligned_alloc(64, rounded);
@@ -49,6 +50,7 @@ void* CpuCachingAllocator::allocate(size_t bytes, MemKind kind) {
   ENGINE_CHECK(p || rounded == 0, "out of host memory: requested " << bytes << " bytes for " << mem_kind_name(kind));
   std::lock_guard<std::mutex> lock(mu_);
   stats_.on_alloc(kind, static_cast<int64_t>(bytes));  // counted once it exists
+  if (fresh) ++stats_.system_allocations;
   return p;
 }
 

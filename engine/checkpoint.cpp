@@ -174,7 +174,10 @@ StateDict load_checkpoint(const std::string& path) {
   ENGINE_CHECK(in, "cannot open checkpoint " << path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  const std::string file = ss.str();
+  return parse_checkpoint(ss.str(), path);
+}
+
+StateDict parse_checkpoint(const std::string& file, const std::string& path) {
   const size_t header = sizeof kMagic + sizeof(uint32_t) + sizeof(uint64_t);
   ENGINE_CHECK(file.size() >= header + sizeof(uint64_t) && std::memcmp(file.data(), kMagic, sizeof kMagic) == 0,
                "checkpoint " << path << " is not a checkpoint of this engine (bad magic or too short)");

@@ -30,6 +30,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes, co
 // Refuses (engine::Error naming the file and what is wrong) a missing, truncated, altered
 // or foreign file.
 StateDict load_checkpoint(const std::string& path);
+// The same checks on a checkpoint's bytes already in memory; `path` names it in errors.
+StateDict parse_checkpoint(const std::string& bytes, const std::string& path);
 
 // Copies a saved tensor into `dst` (any device), checking shape and dtype.
 void load_into(Tensor& dst, const StateDict& state, const std::string& name);

@@ -282,7 +282,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   ENGINE_CHECK(in, "cannot open " << path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  const std::string file = ss.str();
+  return parse_safetensors(ss.str(), path);
+}
+
+SafetensorsFile parse_safetensors(const std::string& file, const std::string& path) {
   const std::string bad = path + " is not a valid safetensors file: ";
   ENGINE_CHECK(file.size() >= 8, bad << "it is " << file.size() << " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;

@@ -29,6 +29,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 // well-formed entries, an unknown dtype, a duplicated name, offsets that disagree with the
 // shape, fall outside the data, overlap, or leave bytes unindexed.
 SafetensorsFile load_safetensors(const std::string& path);
+// The same checks on a file's bytes already in memory; `path` names it in errors.
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& path);
 
 // "F32", "F16", ... as the format spells them; the reverse fails for dtypes we do not hold.
 const char* safetensors_dtype_name(DType t);

@@ -47,12 +47,15 @@ struct MemoryStats {
   int64_t total_current = 0;
   int64_t total_peak = 0;
   std::array<int64_t, kNumMemKinds> at_total_peak{};  // the breakdown when the total peaked
+  int64_t live_blocks = 0;         // tensors' blocks handed out and not yet given back
+  int64_t system_allocations = 0;  // blocks taken from the system (cache misses): flat in a steady state
 
   void on_alloc(MemKind k, int64_t bytes) {
     const int i = static_cast<int>(k);
     current[i] += bytes;
     if (current[i] > peak[i]) peak[i] = current[i];
     total_current += bytes;
+    ++live_blocks;
     if (total_current > total_peak) {
       total_peak = total_current;
       at_total_peak = current;
@@ -61,6 +64,7 @@ struct MemoryStats {
   void on_free(MemKind k, int64_t bytes) {
     current[static_cast<int>(k)] -= bytes;
     total_current -= bytes;
+    --live_blocks;
   }
   void reset_peak() {
     peak = current;

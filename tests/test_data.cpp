@@ -432,3 +432,23 @@ TEST_CASE("subset: deterministic, class-balanced, round-robin over classes", "[d
   CHECK(data::subset(d, 0).size() == 0);
   REQUIRE_THROWS_AS(data::subset(d, -1), engine::Error);
 }
+
+TEST_CASE("decode_image refuses a header over 1024x1024 with the limit in the message", "[data]") {
+  // A PNG of 45 bytes that claims 4096 x 3000 pixels (36 MB of RGB) is refused, naming the
+  // limit; so is the same header at 1024 x 1024, which has no pixel data to decode.
+  auto png_header = [](uint32_t w, uint32_t h) {
+    std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    for (uint32_t v : {w, h})
+      for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
+    for (int v : {8, 2, 0, 0, 0}) b.push_back(static_cast<uint8_t>(v));  // 8-bit RGB, no interlace
+    for (int i = 0; i < 4; ++i) b.push_back(0);        // CRC (stb_image does not check it)
+    const uint8_t iend[] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    b.insert(b.end(), std::begin(iend), std::end(iend));
+    return b;
+  };
+  const auto huge = png_header(4096, 3000);
+  REQUIRE_THROWS_WITH(data::decode_image(huge.data(), huge.size(), "huge.png"),
+                      Contains("cannot decode image 'huge.png'") && Contains("up to 1024x1024 are read"));
+  const auto fits = png_header(1024, 1024);
+  REQUIRE_THROWS_WITH(data::decode_image(fits.data(), fits.size(), "empty.png"), Contains("cannot decode image 'empty.png'"));
+}

@@ -39,6 +39,8 @@ if [ "$rc" = 0 ] && grep -q -- "--precision P" <<<"$help" && grep -q -- "--inspe
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
 expect 2 "--deterministic takes no value" -- --deterministic=1
 expect 2 "--checkpoint-every needs --checkpoint FILE" -- --checkpoint-every 10
+expect 2 "--threads expects at most 4096" -- --threads 2147483648
+expect 2 "--epochs expects an integer >= 1, got '99999999999999999999'" -- --epochs 99999999999999999999
 expect 2 "--checkpoint-every expects an integer >= 1" -- --checkpoint-every 0 --checkpoint x.ckpt
 # --version: the build, the CPU ISA in use, and in a CUDA build the loaded vs built library versions.
 ver=$("$trainer" --version 2>&1); rc=$?

@@ -67,6 +67,7 @@ void* CachingAllocator::malloc_with_retry(size_t rounded, size_t requested, kern
                           __FILE__, __LINE__);
   }
   ++mallocs_;
+  ++stats_.system_allocations;
   reserved_ += static_cast<int64_t>(rounded);
   return p;
 }

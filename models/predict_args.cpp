@@ -1,0 +1,109 @@
+// predict's command line (models/predict_args.h).
+#include "models/predict_args.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "models/models.h"
+
+namespace models {
+
+namespace {
+
+[[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
+
+}  // namespace
+
+const char* const kPredictUsage = R"(usage: predict --weights FILE [options] IMAGE|DIR [IMAGE|DIR ...]
+
+Classifies 32x32 PNG or JPEG images with a trained model and prints the top classes with
+their probabilities (softmax in FP32). Directories are searched recursively for .png, .jpg
+and .jpeg files. When an image sits in a folder named after a class (test/cat/0001.png), the
+accuracy over those images is printed at the end.
+
+  --weights FILE          model.safetensors from `trainer --export` (or a PyTorch state_dict
+                          of bench/pytorch_models.py's model), or a trainer checkpoint
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
+                          [the file's own; else simplecnn]
+  --precision P           fp32 | fp16 | bf16: the inference dtype            [fp32]
+  --device D              auto | cpu | cuda | cuda:N                         [auto]
+  --top-k K               classes shown per image, 1 to the model's classes  [3]
+  --resize                scale other sizes to 32x32 with bilinear filtering (half-pixel
+                          centres, no antialiasing: shrinking by more than 2x aliases)
+                          [off: images that are not 32x32 are refused]
+  --batch-size N          images per forward pass                            [256]
+  --fold-bn               fold each batch-norm into the convolution before it (inference
+                          only; bench_train --inference measures what it changes) [off]
+  --json                  one JSON object per image (top-k, probabilities, logits)
+  --threads N             CPU threads                                        [all cores]
+  --help                  this text
+
+Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
+)";
+
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < lo || errno == ERANGE)
+    usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
+PredictOptions parse_predict_args(int argc, const char* const* argv) {
+  PredictOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const bool is_flag = arg.rfind("--", 0) == 0;
+    const size_t eq = arg.find('=');
+    const bool inline_value = is_flag && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) usage_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      o.action = ArgsAction::Help;
+      return o;
+    } else if (arg == "--resize" || arg == "--json" || arg == "--fold-bn") {
+      if (inline_value) usage_error(arg + " takes no value");
+      (arg == "--resize" ? o.resize : arg == "--json" ? o.json : o.fold_bn) = true;
+    } else if (arg == "--weights") {
+      o.weights = next();
+    } else if (arg == "--model") {
+      o.model = next();
+      const auto& names = models::model_names();
+      if (std::find(names.begin(), names.end(), o.model) == names.end())
+        usage_error("--model must be one of simplecnn, resnet9, resnet18, resnet50, efficientnet_b0, got '" + o.model + "'");
+    } else if (arg == "--precision") {
+      o.precision = next();
+      if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
+        usage_error("--precision must be one of fp32, fp16, bf16, got '" + o.precision + "'");
+    } else if (arg == "--device") {
+      o.device = next();
+    } else if (arg == "--top-k") {
+      o.top_k = parse_int(arg, next(), 1);
+    } else if (arg == "--batch-size") {
+      o.batch_size = parse_int(arg, next(), 1);
+    } else if (arg == "--threads") {
+      const int64_t n = parse_int(arg, next(), 1);
+      if (n > kMaxThreads) usage_error("--threads expects at most " + std::to_string(kMaxThreads) + ", got '" + std::to_string(n) + "'");
+      o.threads = static_cast<int>(n);
+    } else if (is_flag || arg == "-") {
+      usage_error("unknown option '" + arg + "'");
+    } else {
+      o.inputs.push_back(arg);
+    }
+  }
+  if (o.weights.empty()) usage_error("--weights FILE is required");
+  if (o.inputs.empty()) usage_error("give at least one image or folder");
+  return o;
+}
+
+}  // namespace models

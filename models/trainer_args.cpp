@@ -1,0 +1,233 @@
+// The trainer's command line (models/trainer_args.h): every flag, its check and its default.
+#include "models/trainer_args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace models {
+
+namespace {
+
+[[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
+
+}  // namespace
+
+const char* const kTrainerUsage = R"(usage: trainer [options]
+
+Trains a CNN on CIFAR-10 with mixed precision. Defaults reproduce the classic recipe:
+simplecnn, Adam lr 1e-3, batch 256, 10 epochs, FP16 with the dynamic loss scaler,
+pixels normalised to [-1, 1].
+
+Model and precision:
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
+                                                                     [simplecnn]
+  --precision P           fp32 | fp16 | bf16                         [fp16]
+  --device D              auto | cpu | cuda | cuda:N                 [auto]
+Data:
+  --data DIR              CIFAR-10 binary batches or train/ + test/ image folders
+                          [data/cifar10 in the source tree; synthetic data when absent]
+  --cache DIR             where decoded image folders are cached     [cache]
+  --subset N              train on the first N images (class-balanced) [all]
+  --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
+  --synthetic-size N      training images of the synthetic stand-in  [10000]
+  --augment               random crop (pad 4) and horizontal flip    [off]
+Optimisation:
+  --epochs N              [10]          --batch-size N        [256] (global)
+  --accumulate K          K micro-batches of --batch-size per optimizer step (the effective
+                          batch is K x --batch-size in the memory of one): losses scaled by
+                          each micro-batch's share, gradients summed in the compute copies,
+                          one unscale / inf check / skip / scale update per step  [1]
+  --optimizer O           sgd | adam | adamw                         [adam]
+  --lr X                  [1e-3]        --momentum X          [0.9] (sgd)
+  --optimizer-state S     fp32 | bf16 | int8: how momentum and Adam's moments are stored;
+                          int8 = block-wise quantised (256 values per FP32 absmax, log
+                          codes), about a quarter of fp32's bytes; the update is FP32 [fp32]
+  --nesterov              Nesterov momentum (sgd)
+  --weight-decay X        [0]           --label-smoothing X   [0]
+  --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) [constant]
+  --warmup X              one-cycle warm-up fraction of all steps    [0.2]
+  --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
+Loss scaling (fp16):
+  --init-scale X          [65536]       --growth-interval N   [2000]
+Data-parallel (launch with mpirun -np N; one process per device, docs in docs/data-parallel.md):
+  --batch-size stays the GLOBAL batch: each of N ranks takes an equal shard of it
+  --sync-bn               batch-norm statistics over all ranks' shards  [per rank]
+  --timeout S             seconds a collective may wait for the other ranks before the job
+                          ends with an error naming the rank             [300]
+Runs:
+  --seed N                initialisation, data order, augmentation, dropout [0]
+  --checkpoint FILE       save after every epoch (and at --max-steps, and on SIGTERM/SIGINT)
+  --checkpoint-every N    also save every N optimizer steps: what a SIGKILL can cost [off]
+  --resume FILE           continue from a checkpoint (bit-identical on the CPU)
+  --eval-only             evaluate the --resume checkpoint on the test set and exit
+  --export FILE           write the --resume checkpoint's weights as safetensors under
+                          PyTorch's names and layouts (bench/pytorch_models.py) and exit
+  --export-dtype P        fp32 | fp16 | bf16, rounded once from the FP32 masters [fp32]
+  --init-from FILE        start from the weights of a safetensors file (exported here, or
+                          a PyTorch state_dict of the matching bench/pytorch_models.py model)
+  --max-steps N           stop after N optimizer steps in total
+  --log FILE              metrics as JSON lines
+  --log-every N           progress line every N steps                [100]
+  --threads N             CPU threads                                [all cores]
+  --deterministic         CUDA: only deterministic cuDNN algorithms, so a run repeats bit
+                          for bit (the CPU always does)              [off]
+Numerics (docs/numerics.md):
+  --inspect-numerics N    every N steps (from the first), a per-layer table of how each
+                          layer's output and each parameter's gradient sit against FP16's
+                          edges: absmax, zeros, subnormals, values that flush to zero in
+                          FP16 as stored and without the loss scale, near overflow, inf/NaN;
+                          also as JSON lines in --log (bench/plot_numerics.py draws them)
+                          [off: costs nothing]
+  --detect-anomaly[=strict]  check every op's output in forward and backward for inf/NaN
+                          and stop at the first with one error naming the op, the layer,
+                          dtype, shape, step and loss scale. Costs a host read per op. With
+                          the loss scaler, a backward overflow is only a note (the scaler
+                          skips that step) unless =strict
+  --fp32-layers A,B       run these layers (names as the report prints them) in FP32 inside
+                          an FP16/BF16 model: FP32 weights, casts at the layers' edges
+  --version               build and library versions (loaded vs built with) and exit
+  --help                  this text
+
+Stopping: SIGTERM or SIGINT (Ctrl-C) finishes the step in flight, saves a checkpoint (to
+--checkpoint, or interrupted-MODEL.ckpt when none was given), prints how to resume and exits
+with 128 + the signal's number (143, 130); a second signal exits at once, leaving the last
+checkpoint whole. Under mpirun every rank stops at the same step and rank 0 writes.
+)";
+
+TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
+  TrainerConfig c;
+  c.args.assign(argv, argv + argc);
+  std::map<std::string, std::function<void(const std::string&)>> valued;
+  auto to_int = [](const std::string& flag, const std::string& v, int64_t lo) {
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < lo || errno == ERANGE)
+      usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+    return static_cast<int64_t>(x);
+  };
+  auto to_double = [](const std::string& flag, const std::string& v, double lo, bool lo_open) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !std::isfinite(x) || x < lo || (lo_open && x == lo))
+    {
+      char bound[32];
+      std::snprintf(bound, sizeof bound, "%g", lo);  // "0", not std::to_string's "0.000000"
+      usage_error(flag + " expects a number " + (lo_open ? "> " : ">= ") + bound + ", got '" + v + "'");
+    }
+    return x;
+  };
+  auto choice = [](const std::string& flag, const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return v;
+    std::string all;
+    for (const char* o : ok) all += std::string(all.empty() ? "" : ", ") + o;
+    usage_error(flag + " must be one of " + all + ", got '" + v + "'");
+  };
+  valued["--model"] = [&](const std::string& v) {
+    c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"});
+  };
+  valued["--precision"] = [&](const std::string& v) { c.precision = choice("--precision", v, {"fp32", "fp16", "bf16"}); };
+  valued["--device"] = [&](const std::string& v) { c.device = v; };
+  valued["--data"] = [&](const std::string& v) { c.data = v; };
+  valued["--cache"] = [&](const std::string& v) { c.cache = v; };
+  valued["--epochs"] = [&](const std::string& v) { c.epochs = to_int("--epochs", v, 1); };
+  valued["--batch-size"] = [&](const std::string& v) { c.batch_size = to_int("--batch-size", v, 1); };
+  valued["--optimizer"] = [&](const std::string& v) { c.optimizer = choice("--optimizer", v, {"sgd", "adam", "adamw"}); };
+  valued["--optimizer-state"] = [&](const std::string& v) {
+    c.optimizer_state = choice("--optimizer-state", v, {"fp32", "bf16", "int8"});
+  };
+  valued["--lr"] = [&](const std::string& v) { c.lr = to_double("--lr", v, 0, true); };
+  valued["--momentum"] = [&](const std::string& v) { c.momentum = to_double("--momentum", v, 0, false); };
+  valued["--weight-decay"] = [&](const std::string& v) { c.weight_decay = to_double("--weight-decay", v, 0, false); };
+  valued["--lr-schedule"] = [&](const std::string& v) { c.lr_schedule = choice("--lr-schedule", v, {"constant", "onecycle"}); };
+  valued["--warmup"] = [&](const std::string& v) { c.warmup = to_double("--warmup", v, 0, false); };
+  valued["--label-smoothing"] = [&](const std::string& v) { c.label_smoothing = to_double("--label-smoothing", v, 0, false); };
+  valued["--init-scale"] = [&](const std::string& v) { c.init_scale = to_double("--init-scale", v, 0, true); };
+  valued["--clip-grad-norm"] = [&](const std::string& v) { c.clip_grad_norm = to_double("--clip-grad-norm", v, 0, true); };
+  valued["--growth-interval"] = [&](const std::string& v) { c.growth_interval = to_int("--growth-interval", v, 1); };
+  valued["--seed"] = [&](const std::string& v) { c.seed = static_cast<uint64_t>(to_int("--seed", v, 0)); };
+  valued["--checkpoint"] = [&](const std::string& v) { c.checkpoint = v; };
+  valued["--resume"] = [&](const std::string& v) { c.resume = v; };
+  valued["--checkpoint-every"] = [&](const std::string& v) { c.checkpoint_every = to_int("--checkpoint-every", v, 1); };
+  valued["--export"] = [&](const std::string& v) { c.export_path = v; };
+  valued["--export-dtype"] = [&](const std::string& v) { c.export_dtype = choice("--export-dtype", v, {"fp32", "fp16", "bf16"}); };
+  valued["--init-from"] = [&](const std::string& v) { c.init_from = v; };
+  valued["--log"] = [&](const std::string& v) { c.log = v; };
+  valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
+  valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
+  valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
+  valued["--threads"] = [&](const std::string& v) {
+    const int64_t n = to_int("--threads", v, 1);
+    if (n > kMaxThreads) usage_error("--threads expects at most " + std::to_string(kMaxThreads) + ", got '" + v + "'");
+    c.threads = static_cast<int>(n);
+  };
+  valued["--accumulate"] = [&](const std::string& v) { c.accumulate = to_int("--accumulate", v, 1); };
+  valued["--timeout"] = [&](const std::string& v) { c.timeout = to_double("--timeout", v, 0, true); };
+  valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };
+  valued["--inspect-numerics"] = [&](const std::string& v) { c.inspect_numerics = to_int("--inspect-numerics", v, 1); };
+  valued["--fp32-layers"] = [&](const std::string& v) {
+    std::stringstream ss(v);
+    for (std::string name; std::getline(ss, name, ',');)
+      if (!name.empty()) c.fp32_layers.push_back(name);
+    if (c.fp32_layers.empty()) usage_error("--fp32-layers expects layer names, got '" + v + "'");
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const size_t eq = arg.find('=');
+    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    if (arg == "--help" || arg == "-h") {
+      c.action = ArgsAction::Help;
+      return c;
+    } else if (arg == "--version") {
+      c.action = ArgsAction::Version;
+      return c;
+    } else if (arg == "--detect-anomaly") {
+      if (inline_value && value != "strict") usage_error("--detect-anomaly takes no value or =strict, got '" + value + "'");
+      c.detect_anomaly = inline_value ? "strict" : "on";
+    } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
+               arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn") {
+      if (inline_value) usage_error(arg + " takes no value");
+      if (arg == "--nesterov") c.nesterov = true;
+      if (arg == "--augment") c.augment = true;
+      if (arg == "--no-augment") c.augment = false;
+      if (arg == "--eval-only") c.eval_only = true;
+      if (arg == "--synthetic") c.synthetic = true;
+      if (arg == "--deterministic") c.deterministic = true;
+      if (arg == "--sync-bn") c.sync_bn = true;
+    } else if (valued.count(arg)) {
+      if (!inline_value) {
+        if (i + 1 >= argc) usage_error(arg + " needs a value");
+        value = argv[++i];
+      }
+      valued[arg](value);
+    } else {
+      usage_error("unknown option '" + arg + "'");
+    }
+  }
+  if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
+  if (c.checkpoint_every > 0 && c.checkpoint.empty()) usage_error("--checkpoint-every needs --checkpoint FILE");
+  if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
+  if (!c.export_path.empty() && c.eval_only) usage_error("--export and --eval-only are separate runs");
+  if (c.export_path.empty() && c.export_dtype != "fp32") usage_error("--export-dtype applies to --export only");
+  if (!c.export_path.empty() && (c.export_path == c.resume || c.export_path == c.checkpoint))
+    usage_error("--export FILE must not overwrite the checkpoint it reads");
+  if (!c.init_from.empty() && !c.resume.empty()) usage_error("--init-from starts a new run; --resume continues one: give one");
+  if (c.nesterov && c.optimizer != "sgd") usage_error("--nesterov applies to --optimizer sgd only");
+  if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
+  if (c.label_smoothing >= 1) usage_error("--label-smoothing must be below 1");
+  if (c.warmup >= 1) usage_error("--warmup must be below 1");
+  return c;
+}
+
+
+}  // namespace models
