@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -28,6 +29,12 @@
 // builds without NDEBUG (the fuzzers'): one behaviour everywhere, the release one. What guards
 // memory there is the sanitizers' bounds checks, which stay on.
 #define STBI_ASSERT(x) ((void)0)
+// No allocation of stb's above 64 MiB (a 1024x1024 RGBA image and its zlib buffers need far
+// less): a small PNG of compressed zeros would otherwise grow its inflate buffer to gigabytes
+// (stbi__zexpand), on every decoding thread at once. Past the cap stb fails with "outofmem".
+#define STBI_MALLOC(bytes) ((bytes) <= (size_t{64} << 20) ? std::malloc(bytes) : nullptr)
+#define STBI_REALLOC(p, bytes) ((bytes) <= (size_t{64} << 20) ? std::realloc(p, bytes) : nullptr)
+#define STBI_FREE(p) std::free(p)
 #define STB_IMAGE_IMPLEMENTATION
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -252,39 +259,18 @@ void decode_image(const ImageFile& f, std::vector<uint8_t>& buf, uint8_t* dst) {
 
 namespace {
 
-// stb_image 2.27 (Debian 12's libstb-dev) builds a JPEG Huffman table from 16 code counts
-// without checking that they add up to at most 256, and then writes past its 257-entry size
-// table (found by tests/fuzz: regressions/image/jpeg-dht-over-256-codes; 2.28 checks it).
-// Refused here first. Every place stb could read a DHT segment starts with the bytes FF C4,
-// so each is walked the way stb walks it; a false alarm needs FF C4 inside another segment's
-// data followed by counts over 256, and costs one refused image, never a wrong decode.
-bool jpeg_huffman_counts_fit(const uint8_t* b, size_t n) {
-  const auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };  // stb reads 0 past the end
-  for (size_t i = 0; i + 1 < n; ++i) {
-    if (b[i] != 0xFF || b[i + 1] != 0xC4) continue;
-    size_t pos = i + 2;
-    long left = static_cast<long>(at(pos) << 8 | at(pos + 1)) - 2;
-    pos += 2;
-    while (left > 0 && pos < n) {
-      const unsigned q = at(pos++);
-      if ((q >> 4) > 1 || (q & 15) > 3) break;  // stb stops here with an error of its own
-      unsigned codes = 0;
-      for (int k = 0; k < 16; ++k) codes += at(pos++);
-      if (codes > 256) return false;
-      pos += codes;
-      left -= 17 + static_cast<long>(codes);
-    }
-  }
-  return true;
-}
+// What stb_image 2.27 (Debian 12's libstb-dev) mishandles in the JPEG segments it reads,
+// found by tests/fuzz (tests/fuzz/regressions/README.md; stb 2.28 checks both itself):
+//  - a Huffman table whose 16 code counts add up to more than 256: it writes past its
+//    257-entry size table (regressions/image/jpeg-dht-over-256-codes);
+//  - a scan naming a table no DHT segment defined: it decodes with the table's uninitialised
+//    contents and reads its symbols far out of bounds (jpeg-huffman-symbol-index-negative).
+// Both are invalid JPEG. The markers are walked in order as stb reads them (fill bytes; stray
+// bytes before the frame header; segments by their length; entropy-coded data up to the next
+// marker that is not stuffing or a restart), so no segment stb reads is missed.
+enum class JpegFault { None, TooManyCodes, UndefinedTable };
 
-// stb_image 2.27 decodes a scan with whatever Huffman tables its ids name, defined or not (its
-// tables are not zeroed), and then indexes its symbol table with garbage: a read far outside
-// it (found by tests/fuzz: regressions/image/jpeg-huffman-symbol-index-negative; 2.28 checks
-// the index). Refused here: the markers are walked in order, as stb reads them (segments by
-// their length; entropy-coded data up to the next marker that is not a restart or a stuffed
-// byte), and every scan must use tables a DHT segment defined before it.
-bool jpeg_scans_use_defined_tables(const uint8_t* b, size_t n) {
+JpegFault jpeg_fault(const uint8_t* b, size_t n) {
   const auto at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
   bool dc[4] = {}, ac[4] = {}, progressive = false, frame = false;
   size_t pos = 0;
@@ -292,15 +278,15 @@ bool jpeg_scans_use_defined_tables(const uint8_t* b, size_t n) {
   ++pos;
   while (pos + 1 < n) {
     if (b[pos] != 0xFF) {  // before the frame header stb skips stray bytes; after it, it stops
-      if (frame) return true;
+      if (frame) return JpegFault::None;
       ++pos;
       continue;
     }
     while (pos < n && b[pos] == 0xFF) ++pos;
-    if (pos >= n) return true;
+    if (pos >= n) return JpegFault::None;
     const unsigned m = b[pos++];
-    if (m == 0xD9) return true;                               // EOI
-    if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) return true;   // stb: "unknown marker", stops
+    if (m == 0xD9) return JpegFault::None;                               // EOI
+    if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) return JpegFault::None;   // stb: "unknown marker", stops
     const size_t length = at(pos) << 8 | at(pos + 1);
     const size_t end = pos + length;
     if (m == 0xC4) {  // DHT: tables until the segment's length is used up, as stb reads them
@@ -308,10 +294,10 @@ bool jpeg_scans_use_defined_tables(const uint8_t* b, size_t n) {
       long left = static_cast<long>(length) - 2;
       while (left > 0 && q < n) {
         const unsigned tc = at(q) >> 4, th = at(q) & 15;
-        if (tc > 1 || th > 3) return true;  // stb stops with an error
+        if (tc > 1 || th > 3) return JpegFault::None;  // stb stops with an error
         unsigned codes = 0;
         for (int k = 0; k < 16; ++k) codes += at(q + 1 + k);
-        if (codes > 256) return false;
+        if (codes > 256) return JpegFault::TooManyCodes;
         (tc == 0 ? dc : ac)[th] = true;
         q += 17 + codes;
         left -= 17 + static_cast<long>(codes);
@@ -329,31 +315,32 @@ bool jpeg_scans_use_defined_tables(const uint8_t* b, size_t n) {
       const bool uses_dc = !progressive || at(spectral) == 0, uses_ac = !progressive || at(spectral) != 0;
       for (unsigned c = 0; c < components; ++c) {
         const unsigned tables = at(pos + 4 + 2 * c), td = tables >> 4, ta = tables & 15;
-        if (td > 3 || ta > 3) return true;  // stb refuses these itself
-        if ((uses_dc && !dc[td]) || (uses_ac && !ac[ta])) return false;
+        if (td > 3 || ta > 3) return JpegFault::None;  // stb refuses these itself
+        if ((uses_dc && !dc[td]) || (uses_ac && !ac[ta])) return JpegFault::UndefinedTable;
       }
       // The entropy-coded data: up to the next FF that is not stuffing (FF 00), a restart
       // (FF D0-D7) or fill.
       size_t d = end;
       while (d + 1 < n && !(b[d] == 0xFF && b[d + 1] != 0x00 && b[d + 1] != 0xFF && (b[d + 1] < 0xD0 || b[d + 1] > 0xD7)))
         ++d;
-      if (d + 1 >= n) return true;
+      if (d + 1 >= n) return JpegFault::None;
       pos = d;
       continue;
     }
     pos = end;  // any other segment: skipped by its length
   }
-  return true;
+  return JpegFault::None;
 }
 
 // stb_image grows its buffer to a PNG chunk's declared length before reading the chunk, so a
 // 100-byte file declaring a 2 GB IDAT asks for 2 GB (found by tests/fuzz:
-// regressions/image/png-idat-declares-2gb). A chunk must fit in the file.
+// regressions/image/png-idat-declares-2gb). A chunk must fit in the file (IEND, where stb
+// stops, without its CRC).
 bool png_chunks_fit(const uint8_t* b, size_t n) {
   for (size_t pos = 8; pos + 8 <= n;) {
+    if (std::memcmp(b + pos + 4, "IEND", 4) == 0) break;
     const uint64_t length = uint64_t{b[pos]} << 24 | uint64_t{b[pos + 1]} << 16 | uint64_t{b[pos + 2]} << 8 | b[pos + 3];
     if (length + 12 > n - pos) return false;  // length, type, data, CRC
-    if (std::memcmp(b + pos + 4, "IEND", 4) == 0) break;
     pos += 12 + length;
   }
   return true;
@@ -369,9 +356,10 @@ void check_before_stb(const uint8_t* bytes, size_t size, const std::string& name
   size_t first = 0;
   while (first < size && bytes[first] == 0xFF) ++first;
   const bool jpeg = first > 0 && first < size && bytes[first] == 0xD8;
-  ENGINE_CHECK(!jpeg || jpeg_huffman_counts_fit(bytes, size),
+  const JpegFault fault = jpeg ? jpeg_fault(bytes, size) : JpegFault::None;
+  ENGINE_CHECK(fault != JpegFault::TooManyCodes,
                "cannot decode image '" << name << "': a JPEG Huffman table declares more than 256 codes (corrupt or crafted)");
-  ENGINE_CHECK(!jpeg || jpeg_scans_use_defined_tables(bytes, size),
+  ENGINE_CHECK(fault != JpegFault::UndefinedTable,
                "cannot decode image '" << name << "': a JPEG scan uses a Huffman table no DHT segment defined (corrupt or crafted)");
 }
 

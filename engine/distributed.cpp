@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <unordered_map>
 
@@ -262,6 +263,14 @@ void all_reduce_sum(Tensor& t, const char* what) {
 }
 
 // ---- stopping together -------------------------------------------------------------------
+StopVote::StopVote() {
+#ifdef ENGINE_WITH_MPI
+  static_assert(sizeof(MPI_Request) <= sizeof mpi_request_ && alignof(MPI_Request) <= 16,
+                "StopVote::mpi_request_ must hold an MPI_Request");
+  new (mpi_request_) MPI_Request(MPI_REQUEST_NULL);
+#endif
+}
+
 StopVote::~StopVote() {
   // A vote every rank started must end on every rank before MPI_Finalize; the others are
   // finishing theirs too (same calls, same order), so this wait is short.
@@ -272,8 +281,7 @@ int StopVote::finish_pending() {
   if (!pending_) return 0;
   pending_ = false;
 #ifdef ENGINE_WITH_MPI
-  static_assert(sizeof(MPI_Request) <= sizeof mpi_request_, "StopVote::mpi_request_ must hold an MPI_Request");
-  wait(*reinterpret_cast<MPI_Request*>(mpi_request_), "agreement on a stop request");
+  wait(*std::launder(reinterpret_cast<MPI_Request*>(mpi_request_)), "agreement on a stop request");
 #endif
   return result_;
 }
@@ -284,7 +292,7 @@ int StopVote::vote(int request_here) {
 #ifdef ENGINE_WITH_MPI
   request_ = request_here;
   mpi_check(MPI_Iallreduce(&request_, &result_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
-                           reinterpret_cast<MPI_Request*>(mpi_request_)),
+                           std::launder(reinterpret_cast<MPI_Request*>(mpi_request_))),
             "MPI_Iallreduce");
   pending_ = true;
 #endif

@@ -63,7 +63,7 @@ void all_reduce_sum(Tensor& t, const char* what);
 // request itself, at once. A request is a positive number (the trainer's: the signal's).
 class StopVote {
  public:
-  StopVote() = default;
+  StopVote();
   ~StopVote();
   StopVote(const StopVote&) = delete;
   StopVote& operator=(const StopVote&) = delete;

@@ -13,6 +13,15 @@ namespace {
 
 [[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
 
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < lo || errno == ERANGE)
+    usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
 }  // namespace
 
 const char* const kPredictUsage = R"(usage: predict --weights FILE [options] IMAGE|DIR [IMAGE|DIR ...]
@@ -43,14 +52,6 @@ Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
 )";
 
 
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x < lo || errno == ERANGE)
-    usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return x;
-}
 
 PredictOptions parse_predict_args(int argc, const char* const* argv) {
   PredictOptions o;

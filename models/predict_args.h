@@ -1,5 +1,5 @@
 // predict's command line: its options, the --help text, and the parser (which throws
-// UsageError, never exits: tests/fuzz/fuzz_cli.cpp runs it on any input).
+// UsageError, never exits: tests/fuzz/targets.h runs it on any input).
 #pragma once
 
 #include <cstdint>

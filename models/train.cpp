@@ -210,6 +210,9 @@ struct Training {
   std::unique_ptr<engine::LossScaler> scaler;
   std::unique_ptr<engine::dist::GradReducer> reducer;  // data-parallel runs only
   int64_t step = 0;  // optimizer steps taken, skipped ones included
+  // The last checkpoint written: a stop right after a save does not write the same step again.
+  mutable int64_t saved_step = -1;
+  mutable std::string saved_path;
 };
 
 Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
@@ -268,8 +271,11 @@ void resume(const Config& cfg, Training& t) {
 // and the others wait for the file, so a resume on any rank reads the whole of it.
 void save(const Config& cfg, const Training& t, const std::vector<std::string>& class_names, const std::string& path) {
   engine::dist::broadcast_buffers(*t.model);
+  t.saved_step = -1;  // until this write is known to have ended well
   if (engine::dist::world().rank != 0) {
     engine::dist::barrier("checkpoint written by rank 0");
+    t.saved_step = t.step;
+    t.saved_path = path;
     return;
   }
   engine::StateDict ck;
@@ -291,6 +297,8 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   ck.meta["classes"] = models::join_class_names(class_names);
   engine::save_checkpoint(path, ck);
   engine::dist::barrier("checkpoint written by rank 0");
+  t.saved_step = t.step;
+  t.saved_path = path;
 }
 
 // trainer --resume CKPT --export FILE: the checkpoint's FP32 masters under PyTorch's names.
@@ -548,12 +556,12 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
 }
 
 // ---- stopped by a signal -------------------------------------------------------------------
-// Saves (unless the step's checkpoint is already written), says where and how to resume, and
-// gives the exit status of the signal.
+// Saves (unless this step is already written there), says where and how to resume, and gives
+// the exit status of the signal.
 int stop_saved(const Config& cfg, const Training& t, const std::vector<std::string>& class_names,
-               int64_t steps_per_epoch, int sig, bool saved) {
+               int64_t steps_per_epoch, int sig) {
   const std::string path = cfg.checkpoint.empty() ? "interrupted-" + cfg.model + ".ckpt" : cfg.checkpoint;
-  if (!saved) save(cfg, t, class_names, path);
+  if (t.saved_step != t.step || t.saved_path != path) save(cfg, t, class_names, path);
   // The same command line continues the run: the same flags, --resume the saved file.
   std::string again;
   for (size_t i = 0; i < cfg.args.size(); ++i) {
@@ -567,6 +575,8 @@ int stop_saved(const Config& cfg, const Training& t, const std::vector<std::stri
                                                          "0123456789-_=./,:+@%") == std::string::npos;
     again += (again.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
   }
+  // The resumed run saves where this one did (without --checkpoint it would save nothing).
+  if (cfg.checkpoint.empty()) again += " --checkpoint " + path;
   if (engine::dist::world().size > 1) again = "mpirun -np " + std::to_string(engine::dist::world().size) + " " + again;
   std::fflush(stdout);
   std::fprintf(stderr, "trainer: stopped by %s after step %lld (epoch %lld, step %lld of %lld); checkpoint saved to "
@@ -736,8 +746,9 @@ int run(const Config& cfg) {
   double train_seconds = 0;
   int64_t images_seen = 0;
   EvalResult last{};
-  // From here a signal stops the run at a step boundary, saved (models/stop_signals.h).
-  const models::StopSignals signals;
+  // From here a signal stops the run at a step boundary, saved (models/stop_signals.h); the
+  // handlers go before the summary, when everything is saved.
+  std::optional<models::StopSignals> signals(std::in_place);
   dist::StopVote stop;
   const auto save_checkpoint = [&] { save(cfg, t, data.class_names, cfg.checkpoint); };
   for (int64_t epoch = t.step / steps_per_epoch; epoch < cfg.epochs && t.step < total_steps; ++epoch) {
@@ -745,7 +756,7 @@ int run(const Config& cfg) {
                                       jlog, stop, save_checkpoint);
     train_seconds += e.seconds;
     images_seen += e.images;
-    if (e.stop_signal) return stop_saved(cfg, t, data.class_names, steps_per_epoch, e.stop_signal, false);
+    if (e.stop_signal) return stop_saved(cfg, t, data.class_names, steps_per_epoch, e.stop_signal);
     last = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
     double epoch_images = static_cast<double>(e.images);  // over all ranks
     dist::all_reduce_sum(&epoch_images, 1, "images this epoch");
@@ -759,11 +770,14 @@ int run(const Config& cfg) {
                          {"train_loss", e.loss_count ? e.loss_sum / double(e.loss_count) : NAN}});
     if (!cfg.checkpoint.empty()) save_checkpoint();
     // A signal during the evaluation or the save: stop here (every rank waits here anyway).
-    if (const int sig = stop.vote_now(models::StopSignals::received()); sig && t.step < total_steps)
-      return stop_saved(cfg, t, data.class_names, steps_per_epoch, sig, !cfg.checkpoint.empty());
+    if (const int sig = stop.vote_now(models::StopSignals::received()))
+      return stop_saved(cfg, t, data.class_names, steps_per_epoch, sig);
   }
   // Stopped mid-epoch by --max-steps: save where it stopped, so --resume continues there.
   if (!cfg.checkpoint.empty() && t.step % steps_per_epoch != 0) save(cfg, t, data.class_names, cfg.checkpoint);
+  if (const int sig = stop.vote_now(models::StopSignals::received()))  // one during that save
+    return stop_saved(cfg, t, data.class_names, steps_per_epoch, sig);
+  signals.reset();
   print_summary(cfg, t, data, last, train_seconds, images_seen, device, stats_alloc.stats(), jlog);
   return 0;
 }

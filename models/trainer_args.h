@@ -1,5 +1,5 @@
 // The trainer's command line: its settings with their defaults, the --help text, and the
-// parser (which throws UsageError, never exits: tests/fuzz/fuzz_cli.cpp runs it on any input).
+// parser (which throws UsageError, never exits: tests/fuzz/targets.h runs it on any input).
 #pragma once
 
 #include <cstdint>

@@ -447,8 +447,10 @@ TEST_CASE("decode_image refuses a header over 1024x1024 with the limit in the me
     return b;
   };
   const auto huge = png_header(4096, 3000);
+  // stb's reason for the first is its size limit ("too large"); the second gets past it.
   REQUIRE_THROWS_WITH(data::decode_image(huge.data(), huge.size(), "huge.png"),
-                      Contains("cannot decode image 'huge.png'") && Contains("up to 1024x1024 are read"));
+                      Contains("cannot decode image 'huge.png': too large") && Contains("up to 1024x1024 are read"));
   const auto fits = png_header(1024, 1024);
-  REQUIRE_THROWS_WITH(data::decode_image(fits.data(), fits.size(), "empty.png"), Contains("cannot decode image 'empty.png'"));
+  REQUIRE_THROWS_WITH(data::decode_image(fits.data(), fits.size(), "empty.png"),
+                      Contains("cannot decode image 'empty.png'") && !Contains("too large"));
 }

@@ -32,7 +32,7 @@ echo "== trainer: FP16, checkpointed, stopped by SIGTERM, resumed, exported; pre
 "${trainer[@]}" --precision fp16 --checkpoint "$work/a.ckpt" --log "$work/a.jsonl" >"$work/a.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q "Epoch \[1/2\], Step \[5/" "$work/a.log" 2>/dev/null && break; sleep 0.1; done
-kill -TERM $pid
+kill -TERM $pid 2>/dev/null || true  # (if it already ended, the status below says how)
 rc=0; wait $pid || rc=$?
 if [ $rc != 143 ]; then echo "FAILED: the stopped run exited $rc"; cat "$work/a.log"; exit 1; fi
 "${trainer[@]}" --precision fp16 --checkpoint "$work/a.ckpt" --resume "$work/a.ckpt" >"$work/b.log" 2>&1 ||
