@@ -33,12 +33,18 @@ wait_for() {
   return 1
 }
 
-# The pid of the rank-R trainer process under mpirun (its environment names the rank).
+# The pid of this test's rank-R trainer under mpirun: its environment names the rank, and its
+# working folder is this test's (other tests may run the same binary at the same time).
 rank_pid() {
-  local p
-  for p in $(pgrep -f -- "$trainer"); do
-    [ "$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -x "OMPI_COMM_WORLD_RANK=$1")" ] && { echo "$p"; return; }
+  local p i
+  for ((i = 0; i < 500; ++i)); do
+    for p in $(pgrep -f -- "$trainer"); do
+      [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$(pwd -P)" ] &&
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q -x "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
+    done
+    sleep 0.01
   done
+  echo "FAILED: no rank-$1 trainer found under $(pwd -P)" >&2
 }
 
 signal_target() {  # the process a signal goes to: the trainer, or rank 1 alone under mpirun
