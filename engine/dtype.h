@@ -13,7 +13,7 @@ namespace engine {
 using kernels::bfloat16;
 using kernels::half;
 
-enum class DType : uint8_t { F32, F64, F16, BF16, U8, I32, I64 };
+enum class DType : uint8_t { F32, F64, F16, BF16, U8, I32, I64, I8 };  // I8: quantized weights
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -24,6 +24,7 @@ inline size_t dtype_size(DType t) {
     case DType::U8: return 1;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::I8: return 1;
   }
   return 0;
 }
@@ -37,6 +38,7 @@ inline const char* dtype_name(DType t) {
     case DType::U8: return "u8";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::I8: return "i8";
   }
   return "?";
 }
@@ -64,6 +66,7 @@ template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BF
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
 
 }  // namespace engine
 

@@ -25,7 +25,7 @@ struct DTypeName {
 };
 constexpr DTypeName kDTypeNames[] = {{DType::F64, "F64"}, {DType::F32, "F32"}, {DType::F16, "F16"},
                                      {DType::BF16, "BF16"}, {DType::I64, "I64"}, {DType::I32, "I32"},
-                                     {DType::U8, "U8"}};
+                                     {DType::U8, "U8"}, {DType::I8, "I8"}};
 
 // ---- JSON: just what a safetensors header holds ---------------------------------------------
 struct Json {
@@ -330,7 +330,7 @@ SafetensorsFile parse_safetensors(const std::string& file, const std::string& pa
     const DTypeName* dt = nullptr;
     for (const auto& d : kDTypeNames)
       if (dtype->text == d.name) dt = &d;
-    ENGINE_CHECK(dt, what << "has dtype '" << dtype->text << "', which this engine does not read (F64, F32, F16, BF16, I64, I32, U8)");
+    ENGINE_CHECK(dt, what << "has dtype '" << dtype->text << "', which this engine does not read (F64, F32, F16, BF16, I64, I32, U8, I8)");
     ENGINE_CHECK(shape->kind == Json::Kind::Array && shape->items.size() <= 8, what << "has a shape that is not a list of up to 8 sizes");
     Shape dims;
     uint64_t numel = 1;

@@ -67,6 +67,7 @@ void store_as(void* p, DType t, int64_t i, double v) {
     case DType::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DType::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
   }
 }
 
@@ -79,6 +80,7 @@ double load_as(const void* p, DType t, int64_t i) {
     case DType::U8: return static_cast<const uint8_t*>(p)[i];
     case DType::I32: return static_cast<const int32_t*>(p)[i];
     case DType::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::I8: return static_cast<const int8_t*>(p)[i];
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 // predict: classifies images with trained weights (an exported safetensors file, a PyTorch
 // state_dict of the matching model, or a trainer checkpoint) in FP32, FP16 or BF16 inference,
-// printing the top-k classes per image. `predict --help` lists the options.
+// or INT8 (an INT8 file, or FP32 weights quantized here), printing the top-k classes per image. `predict --help` lists the options.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include "engine/checkpoint.h"
 #include "engine/device.h"
 #include "models/cli.h"
+#include "models/int8_net.h"
 #include "models/models.h"
 #include "models/predict_args.h"
 #include "models/pytorch_weights.h"
@@ -59,6 +60,7 @@ std::vector<std::string> collect_images(const std::vector<std::string>& inputs) 
 
 struct Loaded {
   std::shared_ptr<engine::Module> model;
+  std::shared_ptr<models::Int8Net> int8;  // INT8 inference: runs instead of `model`
   std::string model_name;
   std::vector<std::string> classes;
   int folded = 0;
@@ -69,6 +71,12 @@ bool is_checkpoint(const std::string& path) {
   char magic[8] = {};
   f.read(magic, sizeof magic);
   return f.gcount() == 8 && std::memcmp(magic, "MPCNNCKP", 8) == 0;
+}
+
+bool is_int8_file(const std::string& path) {
+  if (is_checkpoint(path)) return false;
+  const engine::SafetensorsFile st = engine::load_safetensors(path);
+  return st.metadata.count("format") && st.metadata.at("format") == "mpcnn-int8";
 }
 
 // Builds the model in the inference dtype on the device, then loads the weights.
@@ -92,6 +100,48 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
   l.classes = models::class_names_from(meta);
   if (l.classes.empty()) l.classes = data::cifar10_class_names();
   l.model = models::make_model(l.model_name, static_cast<int>(l.classes.size()));
+  const bool int8_file = meta.count("format") && meta.at("format") == "mpcnn-int8";
+  if (int8_file || o.precision == "int8") {
+    ENGINE_CHECK(!device.is_cuda(), "INT8 inference runs on the CPU only (--device cpu); the GPU's is not written yet");
+    if (int8_file && o.precision != "fp32" && o.precision != "int8")
+      usage_error(o.weights + " is an INT8 model: it runs with --precision int8 (or without --precision)");
+    if (int8_file && !o.calibration_data.empty())
+      usage_error(o.weights + " is already calibrated: --calibration-data is for FP32 weights");
+    if (!int8_file && o.calibration_data.empty())
+      usage_error("--precision int8 on FP32 weights needs --calibration-data DIR (images to calibrate on), or an INT8 "
+                  "file from trainer --export-dtype int8");
+    l.model->eval();
+    if (int8_file) {
+      engine::fold_batch_norm(*l.model, DType::F32);
+      l.int8 = std::make_shared<models::Int8Net>(models::Int8Net::from_model(*l.model, l.model_name));
+      l.int8->load(o.weights);
+      return l;
+    }
+    if (checkpoint)
+      l.model->load_state(ck);
+    else
+      models::load_pytorch_state_dict(*l.model, l.model_name, st, o.weights);
+    // Every count/N-th image of the folder, in path order.
+    const std::vector<std::string> found = collect_images({o.calibration_data});
+    const int64_t n = std::min<int64_t>(o.calibrate, static_cast<int64_t>(found.size()));
+    const int64_t stride = static_cast<int64_t>(found.size()) / n;
+    std::vector<uint8_t> images(static_cast<size_t>(n * data::Dataset::kImageBytes));
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string& path = found[static_cast<size_t>(i * stride)];
+      const data::Image img = data::read_image(path);
+      std::vector<uint8_t> rgb = img.rgb;
+      if (img.width != 32 || img.height != 32) {
+        ENGINE_CHECK(o.resize, "calibration image '" << path << "' is " << img.width << "x" << img.height
+                                                     << "; the models take 32x32 (--resize scales it, bilinear)");
+        rgb = data::resize_bilinear(img, 32, 32);
+      }
+      std::memcpy(images.data() + i * data::Dataset::kImageBytes, rgb.data(), data::Dataset::kImageBytes);
+    }
+    l.int8 = std::make_shared<models::Int8Net>(
+        models::quantize_model(*l.model, l.model_name, models::calibration_batches(images.data(), n, n),
+                               engine::parse_calibration_method(o.calibration_method)));
+    return l;
+  }
   l.model->set_compute_dtype(dtype);
   l.model->to(device);
   if (checkpoint)
@@ -123,17 +173,21 @@ int run(const Options& o) {
 #ifdef _OPENMP
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
-  const engine::Device device = engine::parse_device(o.device);
-  const DType dtype = o.precision == "fp32" ? DType::F32 : o.precision == "fp16" ? DType::F16 : DType::BF16;
+  // INT8 runs on the CPU: "auto" means the CPU there.
+  const bool int8 = o.precision == "int8" || is_int8_file(o.weights);
+  const engine::Device device = engine::parse_device(o.device == "auto" && int8 ? std::string("cpu") : o.device);
+  DType dtype = o.precision == "fp32" || o.precision == "int8" ? DType::F32 : o.precision == "fp16" ? DType::F16 : DType::BF16;
   const std::vector<std::string> files = collect_images(o.inputs);
-  const Loaded l = load(o, dtype, device);
+  Loaded l = load(o, dtype, device);
+  const std::string precision = l.int8 ? "int8" : o.precision;
   const int64_t k = static_cast<int64_t>(l.classes.size()), top = o.top_k;
   if (top > k)
     usage_error("--top-k " + std::to_string(top) + " is more than the model's " + std::to_string(k) + " classes");
   if (!o.json)
     std::printf("%s from %s, %s inference on %s, %zu images%s\n", l.model_name.c_str(), o.weights.c_str(),
-                o.precision.c_str(), device.str().c_str(), files.size(),
-                o.fold_bn ? (", " + std::to_string(l.folded) + " batch-norms folded").c_str() : "");
+                precision.c_str(), device.str().c_str(), files.size(),
+                l.int8 ? (" (" + models::int8_summary(*l.int8) + ")").c_str()
+                : o.fold_bn ? (", " + std::to_string(l.folded) + " batch-norms folded").c_str() : "");
 
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
@@ -166,13 +220,13 @@ int run(const Options& o) {
     }
     Tensor x = Tensor::empty({b, 32, 32, 3}, dtype, device), y = Tensor::empty({b}, DType::I32, device);
     engine::make_batch(images, labels, indices, false, norm, 0, 0, x, y);
-    const std::vector<double> z = (*l.model)(x).to_vector();
+    const std::vector<double> z = (l.int8 ? l.int8->forward_int8(x) : (*l.model)(x)).to_vector();
     for (int64_t i = 0; i < b; ++i) {
       const double* zi = z.data() + i * k;
       // Softmax in double on the host, shifted by the maximum.
       const std::string& path = files[begin + i];
       for (int64_t j = 0; j < k; ++j)
-        ENGINE_CHECK(std::isfinite(zi[j]), "the logits of '" << path << "' are not finite in " << o.precision
+        ENGINE_CHECK(std::isfinite(zi[j]), "the logits of '" << path << "' are not finite in " << precision
                                                              << (dtype == DType::F32 ? "" : " (an overflow? try --precision fp32)"));
       const double zmax = *std::max_element(zi, zi + k);
       std::vector<double> p(static_cast<size_t>(k));

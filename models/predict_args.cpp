@@ -32,10 +32,17 @@ and .jpeg files. When an image sits in a folder named after a class (test/cat/00
 accuracy over those images is printed at the end.
 
   --weights FILE          model.safetensors from `trainer --export` (or a PyTorch state_dict
-                          of bench/pytorch_models.py's model), or a trainer checkpoint
+                          of bench/pytorch_models.py's model), or a trainer checkpoint; an
+                          INT8 file (trainer --export-dtype int8) runs in INT8
   --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
                           [the file's own; else simplecnn]
-  --precision P           fp32 | fp16 | bf16: the inference dtype            [fp32]
+  --precision P           fp32 | fp16 | bf16 | int8: the inference dtype     [fp32]
+                          int8 (CPU only) on FP32 weights quantizes them on the fly,
+                          calibrated on --calibration-data
+  --calibration-data DIR  int8: images (searched recursively, sorted by path) whose every
+                          count/N-th image calibrates the activation ranges
+  --calibrate N           int8: how many of them                     [512]
+  --calibration-method M  int8: percentile | entropy | minmax        [percentile]
   --device D              auto | cpu | cuda | cuda:N                         [auto]
   --top-k K               classes shown per image, 1 to the model's classes  [3]
   --resize                scale other sizes to 32x32 with bilinear filtering (half-pixel
@@ -55,6 +62,7 @@ Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
 
 PredictOptions parse_predict_args(int argc, const char* const* argv) {
   PredictOptions o;
+  bool calibration_flags = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     const bool is_flag = arg.rfind("--", 0) == 0;
@@ -84,8 +92,19 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
         usage_error("--model must be one of simplecnn, resnet9, resnet18, resnet50, efficientnet_b0, got '" + o.model + "'");
     } else if (arg == "--precision") {
       o.precision = next();
-      if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
-        usage_error("--precision must be one of fp32, fp16, bf16, got '" + o.precision + "'");
+      if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16" && o.precision != "int8")
+        usage_error("--precision must be one of fp32, fp16, bf16, int8, got '" + o.precision + "'");
+    } else if (arg == "--calibration-data") {
+      o.calibration_data = next();
+      calibration_flags = true;
+    } else if (arg == "--calibrate") {
+      o.calibrate = parse_int(arg, next(), 1);
+      calibration_flags = true;
+    } else if (arg == "--calibration-method") {
+      o.calibration_method = next();
+      calibration_flags = true;
+      if (o.calibration_method != "percentile" && o.calibration_method != "entropy" && o.calibration_method != "minmax")
+        usage_error("--calibration-method must be one of percentile, entropy, minmax, got '" + o.calibration_method + "'");
     } else if (arg == "--device") {
       o.device = next();
     } else if (arg == "--top-k") {
@@ -104,6 +123,8 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
   }
   if (o.weights.empty()) usage_error("--weights FILE is required");
   if (o.inputs.empty()) usage_error("give at least one image or folder");
+  if (calibration_flags && o.precision != "int8")
+    usage_error("--calibration-data, --calibrate and --calibration-method apply to --precision int8 only");
   return o;
 }
 

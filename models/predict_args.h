@@ -16,6 +16,9 @@ struct PredictOptions {
   int64_t top_k = 3, batch_size = 256;
   bool resize = false, json = false, fold_bn = false;
   int threads = 0;
+  // --precision int8 on an FP32 file: calibrate on N images of a folder (docs/quantization.md).
+  int64_t calibrate = 512;
+  std::string calibration_data, calibration_method = "percentile";
   std::vector<std::string> inputs;
 };
 

@@ -32,6 +32,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/philox.h"
 #include "models/cli.h"
+#include "models/int8_net.h"
 #include "models/models.h"
 #include "models/pytorch_weights.h"
 #include "models/stop_signals.h"
@@ -301,6 +302,30 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   t.saved_path = path;
 }
 
+// trainer --resume CKPT --export FILE --export-dtype int8: calibrated on --calibrate training
+// images, quantized (models/int8_net.h), written with the method and the images' source.
+int export_int8(const Config& cfg, engine::Module& model, const std::string& model_name, int64_t steps,
+                const std::vector<std::string>& classes) {
+  ENGINE_CHECK(!engine::parse_device(cfg.device).is_cuda(),
+               "INT8 quantization runs on the CPU only (--device cuda: not yet; docs/quantization.md)");
+  Config data_cfg = cfg;
+  data_cfg.subset = 0;
+  const Data data = load_data(data_cfg, engine::Device::cpu());
+  ENGINE_CHECK(data.class_names == classes, cfg.resume << " was trained on other classes than " << data.source);
+  const int64_t n = std::min(cfg.calibrate, data.train.size());
+  const auto method = engine::parse_calibration_method(cfg.calibration_method);
+  const models::Int8Net q = models::quantize_model(
+      model, model_name, models::calibration_batches(data.train.images.data<uint8_t>(), data.train.size(), n), method);
+  q.save(cfg.export_path, {{"classes", models::join_class_names(classes)},
+                           {"steps", std::to_string(steps)},
+                           {"calibration_images", std::to_string(n) + " of " + data.source}});
+  std::printf("exported %s (%s, step %lld) to %s as INT8: %s; %lld calibration images; weights %.2f MB (FP32 %.2f MB)\n",
+              cfg.resume.c_str(), model_name.c_str(), static_cast<long long>(steps), cfg.export_path.c_str(),
+              models::int8_summary(q).c_str(), static_cast<long long>(n), q.weight_bytes() / 1e6,
+              q.fp32_weight_bytes() / 1e6);
+  return 0;
+}
+
 // trainer --resume CKPT --export FILE: the checkpoint's FP32 masters under PyTorch's names.
 int export_checkpoint(const Config& cfg) {
   const engine::StateDict ck = engine::load_checkpoint(cfg.resume);
@@ -309,6 +334,7 @@ int export_checkpoint(const Config& cfg) {
   if (classes.empty()) classes = data::cifar10_class_names();  // checkpoints from before class names were saved
   auto model = models::make_model(model_name, static_cast<int>(classes.size()));
   model->load_state(ck);
+  if (cfg.export_dtype == "int8") return export_int8(cfg, *model, model_name, ck.get_int("step"), classes);
   models::export_safetensors(cfg.export_path, *model, model_name, precision_dtype(cfg.export_dtype), ck.get_int("step"),
                              classes);
   std::printf("exported %s (%s, %lld parameters, step %lld) to %s as %s safetensors\n", cfg.resume.c_str(),

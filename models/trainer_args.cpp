@@ -67,7 +67,13 @@ Runs:
   --eval-only             evaluate the --resume checkpoint on the test set and exit
   --export FILE           write the --resume checkpoint's weights as safetensors under
                           PyTorch's names and layouts (bench/pytorch_models.py) and exit
-  --export-dtype P        fp32 | fp16 | bf16, rounded once from the FP32 masters [fp32]
+  --export-dtype P        fp32 | fp16 | bf16, rounded once from the FP32 masters; int8:
+                          post-training quantization (docs/quantization.md), for predict
+                          on the CPU                                 [fp32]
+  --calibrate N           int8: activation ranges from N training images of --data (every
+                          size/N-th), batch-norm folded, in FP32     [512]
+  --calibration-method M  int8: percentile (99.99th of |x|) | entropy (KL, as TensorRT) |
+                          minmax                                     [percentile]
   --init-from FILE        start from the weights of a safetensors file (exported here, or
                           a PyTorch state_dict of the matching bench/pytorch_models.py model)
   --max-steps N           stop after N optimizer steps in total
@@ -156,7 +162,16 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   valued["--resume"] = [&](const std::string& v) { c.resume = v; };
   valued["--checkpoint-every"] = [&](const std::string& v) { c.checkpoint_every = to_int("--checkpoint-every", v, 1); };
   valued["--export"] = [&](const std::string& v) { c.export_path = v; };
-  valued["--export-dtype"] = [&](const std::string& v) { c.export_dtype = choice("--export-dtype", v, {"fp32", "fp16", "bf16"}); };
+  valued["--export-dtype"] = [&](const std::string& v) { c.export_dtype = choice("--export-dtype", v, {"fp32", "fp16", "bf16", "int8"}); };
+  bool calibration_flags = false;
+  valued["--calibrate"] = [&](const std::string& v) {
+    c.calibrate = to_int("--calibrate", v, 1);
+    calibration_flags = true;
+  };
+  valued["--calibration-method"] = [&](const std::string& v) {
+    calibration_flags = true;
+    c.calibration_method = choice("--calibration-method", v, {"percentile", "entropy", "minmax"});
+  };
   valued["--init-from"] = [&](const std::string& v) { c.init_from = v; };
   valued["--log"] = [&](const std::string& v) { c.log = v; };
   valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
@@ -219,6 +234,8 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
   if (!c.export_path.empty() && c.eval_only) usage_error("--export and --eval-only are separate runs");
   if (c.export_path.empty() && c.export_dtype != "fp32") usage_error("--export-dtype applies to --export only");
+  if (c.export_dtype != "int8" && calibration_flags)
+    usage_error("--calibrate and --calibration-method apply to --export-dtype int8 only");
   if (!c.export_path.empty() && (c.export_path == c.resume || c.export_path == c.checkpoint))
     usage_error("--export FILE must not overwrite the checkpoint it reads");
   if (!c.init_from.empty() && !c.resume.empty()) usage_error("--init-from starts a new run; --resume continues one: give one");

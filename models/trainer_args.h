@@ -38,7 +38,9 @@ struct TrainerConfig {
   int64_t checkpoint_every = 0;     // also save every N optimizer steps (0: at epoch ends only)
   std::vector<std::string> args;    // the command line, for the resume hint after a stop
   std::string export_path;          // --export: the --resume checkpoint as safetensors
-  std::string export_dtype = "fp32";
+  std::string export_dtype = "fp32";  // or int8: post-training quantization (models/int8_net.h)
+  int64_t calibrate = 512;          // --export-dtype int8: calibration images from the training set
+  std::string calibration_method = "percentile";
   std::string init_from;            // starting weights from a safetensors file
   bool eval_only = false;
   int64_t subset = 0;               // 0: the whole training set

@@ -1,0 +1,198 @@
+// The INT8 kernels' drivers (int8_gemm.h): weight packing, the choice of path, the row
+// chunks the threads share, the convolution's gather of input rows, and the portable path.
+#include "kernels/cpu/int8_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/error.h"
+
+namespace kernels::cpu::int8 {
+
+namespace {
+// Rows one thread takes at a time: a multiple of the VNNI tile's 6 rows, small enough that
+// the chunk's gathered inputs stay in L2 while every output column block reads them.
+constexpr int64_t kRowChunk = 48;
+// Scratch slots (scratch.h): the convolution's gathered rows; a K-padded copy of A; the
+// portable path's sums.
+constexpr int kSlotGather = 0, kSlotPaddedA = 1, kSlotSums = 2;
+}  // namespace
+
+const char* int8_path_name(Int8Path p) {
+  switch (p) {
+    case Int8Path::Generic: return "generic";
+    case Int8Path::Avx512Vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+Int8Path cpu_int8_path() {
+  static const Int8Path path = [] {
+    const CpuFeatures f = detect_cpu_features();
+    // cpu_isa() applies ENGINE_CPU_ISA: a cap below avx512 keeps the portable loops.
+    const bool avx512 = cpu_isa() >= CpuIsa::Avx512;
+    return avx512 && f.avx512_vnni && f.avx512bw && f.avx512vl && detail::avx512_vnni_compiled() ? Int8Path::Avx512Vnni
+                                                                                              : Int8Path::Generic;
+  }();
+  return path;
+}
+
+std::vector<Int8Path> int8_paths_available() {
+  std::vector<Int8Path> paths = {Int8Path::Generic};
+  if (cpu_int8_path() == Int8Path::Avx512Vnni) paths.push_back(Int8Path::Avx512Vnni);
+  return paths;
+}
+
+PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k) {
+  ENGINE_CHECK(n > 0 && k > 0, "pack_weights: " << n << " x " << k << " weights");
+  PackedWeights p;
+  p.n = n, p.k = k, p.k4 = (k + 3) / 4, p.n16 = (n + 15) / 16 * 16;
+  p.data.assign(static_cast<size_t>(p.k4 * p.n16 * 4), 0);
+  p.row_sums.assign(static_cast<size_t>(n), 0);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int8_t v = w[j * k + kk];
+      p.data[static_cast<size_t>(((kk / 4) * p.n16 + j) * 4 + kk % 4)] = v;
+      p.row_sums[j] += v;
+    }
+  return p;
+}
+
+namespace detail {
+
+// One output of the epilogue, exactly as int8_gemm.h writes it (the vector paths do the same
+// operations in the same order, so the bits agree).
+inline int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* residual_row) {
+  const int32_t s = sum + (e.correction ? e.correction[j] : 0);
+  float f = std::fma(static_cast<float>(s), e.multiplier[j], e.offset[j]);
+  if (e.residual) {
+    const int32_t r = e.residual_signed ? static_cast<const int8_t*>(residual_row)[j]
+                                        : static_cast<const uint8_t*>(residual_row)[j];
+    f = std::fma(static_cast<float>(r - e.residual_zero_point), e.residual_multiplier, f);
+  }
+  const float qmin = e.out_signed ? -128.f : 0.f, qmax = e.out_signed ? 127.f : 255.f;
+  const float zp = static_cast<float>(e.zero_point);
+  const float lo = e.relu ? 0.f : qmin - zp, hi = qmax - zp;
+  f = std::min(std::max(f, lo), hi);
+  return static_cast<int32_t>(std::nearbyint(f)) + e.zero_point;
+}
+
+void gemm_rows_generic(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
+                       void* out, int64_t ldo, int64_t row0) {
+  int32_t* sums = scratch<int32_t>(kSlotSums, w.n16);
+  const int64_t quad_stride = w.n16 * 4;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(sums, sums + w.n16, 0);
+    const uint8_t* ar = a + r * lda;
+    for (int64_t q = 0; q < w.k4; ++q) {
+      const int32_t a0 = ar[4 * q], a1 = ar[4 * q + 1], a2 = ar[4 * q + 2], a3 = ar[4 * q + 3];
+      const int8_t* b = w.data.data() + q * quad_stride;
+      for (int64_t j = 0; j < w.n16; ++j)
+        sums[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+    }
+    if (!ep) {
+      std::memcpy(static_cast<int32_t*>(out) + r * ldo, sums, static_cast<size_t>(w.n) * sizeof(int32_t));
+      continue;
+    }
+    const int64_t m = row0 + r;
+    const void* res_row = ep->residual ? static_cast<const uint8_t*>(ep->residual) + m * ldo : nullptr;
+    if (ep->out_signed) {
+      int8_t* o = static_cast<int8_t*>(out) + r * ldo;
+      for (int64_t j = 0; j < w.n; ++j) o[j] = static_cast<int8_t>(requantize(sums[j], j, *ep, res_row));
+    } else {
+      uint8_t* o = static_cast<uint8_t*>(out) + r * ldo;
+      for (int64_t j = 0; j < w.n; ++j) o[j] = static_cast<uint8_t>(requantize(sums[j], j, *ep, res_row));
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+void gemm_rows(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
+               const Requant* ep, void* out, int64_t ldo, int64_t row0) {
+  if (path == Int8Path::Avx512Vnni)
+    detail::gemm_rows_avx512_vnni(a, rows, lda, w, ep, out, ldo, row0);
+  else
+    detail::gemm_rows_generic(a, rows, lda, w, ep, out, ldo, row0);
+}
+
+size_t out_elem_bytes(const Requant* ep) { return ep ? 1 : sizeof(int32_t); }
+
+void check_path(Int8Path path) {
+  ENGINE_CHECK(path == Int8Path::Generic || cpu_int8_path() == Int8Path::Avx512Vnni,
+               "the " << int8_path_name(path) << " INT8 kernels asked for on a CPU (or ENGINE_CPU_ISA) without them");
+}
+
+}  // namespace
+
+void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
+               const Requant* ep, void* out, int64_t ldo) {
+  check_path(path);
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk, padded = 4 * w.k4;
+  // Rows shorter than the packed K are copied into zero-padded ones (the linear layers whose
+  // inputs are not a multiple of 4 bytes).
+  const bool copy = lda < padded || w.k % 4 != 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t m0 = c * kRowChunk, m = std::min(kRowChunk, rows - m0);
+    const uint8_t* rows_a = a + m0 * lda;
+    int64_t ld = lda;
+    if (copy) {
+      uint8_t* buf = scratch<uint8_t>(kSlotPaddedA, m * padded);
+      for (int64_t r = 0; r < m; ++r) {
+        std::memcpy(buf + r * padded, a + (m0 + r) * lda, static_cast<size_t>(w.k));
+        std::memset(buf + r * padded + w.k, 0, static_cast<size_t>(padded - w.k));
+      }
+      rows_a = buf, ld = padded;
+    }
+    gemm_rows(path, rows_a, m, ld, w, ep, static_cast<uint8_t*>(out) + m0 * ldo * out_elem_bytes(ep), ldo, m0);
+  }
+}
+
+void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const ConvGeometry& g,
+                 const PackedWeights& w, const Requant* ep, void* out) {
+  check_path(path);
+  const int64_t oh = g.out_height(), ow = g.out_width(), cin = g.in_channels, k = g.kernel;
+  ENGINE_CHECK(oh > 0 && ow > 0 && w.k == k * k * cin,
+               "conv2d_u8s8: weights of K " << w.k << " for a " << k << "x" << k << "x" << cin << " window");
+  const int64_t rows = g.batch * oh * ow, chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const int64_t padded = 4 * w.k4;
+  // A 1x1 stride-1 convolution reads its input rows as they are.
+  const bool direct = k == 1 && g.stride == 1 && g.pad == 0 && cin % 4 == 0;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t m0 = c * kRowChunk, m = std::min(kRowChunk, rows - m0);
+    void* dst = static_cast<uint8_t*>(out) + m0 * w.n * out_elem_bytes(ep);
+    if (direct) {
+      gemm_rows(path, x + m0 * cin, m, cin, w, ep, dst, w.n, m0);
+      continue;
+    }
+    // Gather each output pixel's window (KRSC order, the weights' K order) into one row;
+    // positions outside the image take the zero point.
+    uint8_t* gathered = scratch<uint8_t>(kSlotGather, m * padded);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t p = m0 + r, b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
+      uint8_t* row = gathered + r * padded;
+      for (int64_t ky = 0; ky < k; ++ky) {
+        const int64_t iy = oy * g.stride - g.pad + ky;
+        for (int64_t kx = 0; kx < k; ++kx) {
+          const int64_t ix = ox * g.stride - g.pad + kx;
+          uint8_t* d = row + (ky * k + kx) * cin;
+          if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width)
+            std::memset(d, x_zero_point, static_cast<size_t>(cin));
+          else
+            std::memcpy(d, x + ((b * g.height + iy) * g.width + ix) * cin, static_cast<size_t>(cin));
+        }
+      }
+      std::memset(row + w.k, 0, static_cast<size_t>(padded - w.k));
+    }
+    gemm_rows(path, gathered, m, padded, w, ep, dst, w.n, m0);
+  }
+}
+
+}  // namespace kernels::cpu::int8

@@ -1,0 +1,79 @@
+// INT8 inference kernels: u8 x s8 -> s32 matrix products and convolutions (implicit GEMM from
+// NHWC activations) with the requantizing epilogue fused into the store: the per-channel
+// multiplier, bias, residual add and ReLU, written as uint8 or int8. The s32 sums are exact, so
+// every path (the portable loops, AVX512-VNNI) writes the same bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kernels::cpu::int8 {
+
+// Ordered by preference; cpu_int8_path() takes the best the CPU has, capped by ENGINE_CPU_ISA
+// (generic or avx2 -> Generic). AMX-INT8 (TDPBUSD) and AVX-VNNI (256-bit) are not written yet:
+// their CPUs take the next path down.
+enum class Int8Path { Generic, Avx512Vnni };
+Int8Path cpu_int8_path();
+const char* int8_path_name(Int8Path p);
+// Every path this CPU can run (Generic first): what the bit-exactness tests compare.
+std::vector<Int8Path> int8_paths_available();
+
+// Weights W [n][k] (a conv's KRSC rows) packed as the dot-product instructions read them:
+// groups of 4 consecutive k of 16 consecutive outputs make one 64-byte row, [k4][n16][4],
+// zero-padded to k4 = ceil(k / 4) quads and n16 = n rounded up to 16 outputs.
+struct PackedWeights {
+  int64_t n = 0, k = 0, k4 = 0, n16 = 0;
+  std::vector<int8_t> data;
+  std::vector<int32_t> row_sums;  // sum over k of W[j][k]: the zero-point correction's factor
+};
+PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k);
+
+// The epilogue, per output element (row m, channel j), all in the order written:
+//   s = sum + correction[j]                                   (int32, exact)
+//   f = fma(float(s), multiplier[j], offset[j])
+//   f = fma(float(r - residual_zero_point), residual_multiplier, f)   with a residual r
+//   f = clamp(f, lo - zero_point, hi - zero_point), lo = zero_point if relu
+//   out = nearbyint(f) + zero_point                           (ties to even)
+// where [lo, hi] is [0, 255] for uint8 and [-128, 127] for int8 outputs.
+struct Requant {
+  const int32_t* correction = nullptr;  // [n]; nullptr: none
+  const float* multiplier = nullptr;    // [n]: input scale * weight scale[j] / output scale
+  const float* offset = nullptr;        // [n]: bias[j] / output scale
+  const void* residual = nullptr;       // [m][n] like the output, uint8 or int8
+  bool residual_signed = false;
+  int32_t residual_zero_point = 0;
+  float residual_multiplier = 0;        // residual scale / output scale
+  bool relu = false;
+  bool out_signed = false;              // int8 output (else uint8)
+  int32_t zero_point = 0;
+};
+
+// out[m][j] = epilogue(sum_k A[m][k] * W[j][k]) for m < rows, j < n. A: uint8 rows `lda` bytes
+// apart with 4 * k4 readable bytes each (bytes past k multiply W's zero padding). Without an
+// epilogue (ep == nullptr) out is int32 and holds the sums. out rows are `ldo` elements apart.
+void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
+               const Requant* ep, void* out, int64_t ldo);
+
+struct ConvGeometry {
+  int64_t batch = 1, height = 1, width = 1, in_channels = 1, kernel = 1, stride = 1, pad = 0;
+  int64_t out_height() const { return (height + 2 * pad - kernel) / stride + 1; }
+  int64_t out_width() const { return (width + 2 * pad - kernel) / stride + 1; }
+};
+// Convolution of NHWC uint8 x (zero point x_zero_point: the padding takes that value, so
+// it stands for 0.0) with packed KRSC weights (w.k = kernel * kernel * in_channels): NHWC output
+// [batch, out_height, out_width, w.n], epilogue as gemm_u8s8 (residual laid out as the output).
+void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const ConvGeometry& g,
+                 const PackedWeights& w, const Requant* ep, void* out);
+
+namespace detail {
+// A block of rows of the product on one path; `row0` is the first row's index in the output
+// (for the residual). Defined in int8_gemm.cpp (Generic) and int8_vnni.cpp.
+void gemm_rows_generic(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
+                       void* out, int64_t ldo, int64_t row0);
+void gemm_rows_avx512_vnni(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
+                           void* out, int64_t ldo, int64_t row0);
+bool avx512_vnni_compiled();
+}  // namespace detail
+
+}  // namespace kernels::cpu::int8
