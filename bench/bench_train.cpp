@@ -5,7 +5,10 @@
 // Ratios (FP16/BF16 vs FP32) are measured side by side in one run. --inference measures
 // evaluation instead (forward only, eval mode): images/s and peak memory per dtype, and for
 // models with batch-norm the same with BN folded into the convolutions, with how far the
-// folded logits move (max |difference|, share of equal top-1) on the benchmark batch.
+// folded logits move (max |difference|, share of equal top-1) on the benchmark batch. On the
+// CPU it adds an INT8 row per model (models/int8_net.h: calibrated on 256 other random images,
+// percentile), its logits compared with FP32's the same way; its weight column counts the INT8
+// file's bytes (int8 weights, FP32 scales and biases, the FP32 layers).
 // --memory counts bytes instead of time (valid on any machine): peak memory by kind for each
 // model in FP32, FP16 and FP16 with int8 optimizer state at each --batches size, the ratios to
 // FP32, and the largest batch whose peak fits --max-batch-under (from the counted bytes at two
@@ -27,6 +30,7 @@
 #include "engine/profile.h"
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
+#include "models/int8_net.h"
 #include "models/models.h"
 #include "models/train_step.h"
 #ifdef ENGINE_WITH_CUDA
@@ -214,6 +218,41 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
   return r;
 }
 
+// The same on the INT8 path: FP32 weights (batch-norms trained-like, then folded) quantized.
+InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, int64_t* weight_bytes) {
+  engine::manual_seed(1);
+  auto model = models::make_model(name);
+  trained_like_batch_norms(*model);
+  engine::manual_seed(3);
+  std::vector<Tensor> calibration = {engine::uniform({128, 32, 32, 3}, -1, 1, DType::F32),
+                                     engine::uniform({128, 32, 32, 3}, -1, 1, DType::F32)};
+  models::Int8Net q = models::quantize_model(*model, name, calibration, engine::CalibrationMethod::Percentile);
+  calibration.clear();
+  *weight_bytes = q.weight_bytes();
+  InferenceResult r;
+  r.model = name;
+  r.precision = "int8";
+  r.batch = batch;
+  r.folded = true;
+  engine::manual_seed(2);
+  const Tensor x = engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32);
+  auto& alloc = engine::allocator_for(engine::Device::cpu());
+  r.logits = q.forward_int8(x).to_vector();  // warm-up, and the logits
+  alloc.reset_peak();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor z = q.forward_int8(x);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  r.ms = median * 1e3;
+  r.images_per_s = static_cast<double>(batch) / median;
+  r.mem = alloc.stats();
+  return r;
+}
+
 int run_inference(const std::vector<std::string>& model_names, int64_t batch, int steps, bool quick,
                   engine::Device device) {
   std::printf("Inference (eval mode, forward only); 'fold': batch-norm folded into the convolutions\n");
@@ -253,6 +292,28 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
         std::fflush(stdout);
         by[{dt, fold}] = std::move(r);
       }
+    const bool int8_covers = m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50";
+    if (device.is_cpu() && int8_covers) {
+      int64_t weight_bytes = 0;
+      InferenceResult r = bench_int8(m, b, s, &weight_bytes);
+      const auto& ref = by.at({DType::F32, false}).logits;
+      const int64_t k = static_cast<int64_t>(ref.size()) / b;
+      int64_t same = 0;
+      for (int64_t i = 0; i < b; ++i) {
+        auto top = [&](const std::vector<double>& z) {
+          return std::max_element(z.begin() + i * k, z.begin() + (i + 1) * k) - (z.begin() + i * k);
+        };
+        same += top(ref) == top(r.logits);
+      }
+      for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
+      r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
+      std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f %14.3g %7.1f%%\n", r.model.c_str(), "int8", "yes",
+                  static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak + weight_bytes), mb(weight_bytes),
+                  mb(r.mem.at_total_peak[static_cast<int>(engine::MemKind::Activations)]), r.max_logit_change,
+                  100 * r.top1_agreement);
+      std::fflush(stdout);
+      by[{DType::I8, true}] = std::move(r);
+    }
     char line[256];
     const auto &f32 = by.at({DType::F32, false}), &f16 = by.at({DType::F16, false});
     std::snprintf(line, sizeof line, "  %-10s fp16 vs fp32: %.2fx speed, %.2fx peak memory", m.c_str(),
@@ -263,6 +324,15 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       std::snprintf(line, sizeof line, "; fp16 folded vs fp32: %.2fx speed, %.2fx peak memory",
                     f16f.images_per_s / f32.images_per_s, double(f16f.mem.total_peak) / double(f32.mem.total_peak));
       l += line;
+    }
+    if (by.count({DType::I8, true})) {
+      const auto& i8 = by.at({DType::I8, true});
+      std::snprintf(line, sizeof line, "; int8 vs fp32: %.2fx speed", i8.images_per_s / f32.images_per_s);
+      l += line;
+      if (by.count({DType::F32, true})) {
+        std::snprintf(line, sizeof line, " (%.2fx fp32 folded)", i8.images_per_s / by.at({DType::F32, true}).images_per_s);
+        l += line;
+      }
     }
     ratios.push_back(l);
   }

@@ -175,6 +175,8 @@ int run(const Options& o) {
 #endif
   // INT8 runs on the CPU: "auto" means the CPU there.
   const bool int8 = o.precision == "int8" || is_int8_file(o.weights);
+  if (int8 && o.device.rfind("cuda", 0) == 0)
+    usage_error("INT8 inference runs on the CPU only (--device cpu); the GPU's is not written yet");
   const engine::Device device = engine::parse_device(o.device == "auto" && int8 ? std::string("cpu") : o.device);
   DType dtype = o.precision == "fp32" || o.precision == "int8" ? DType::F32 : o.precision == "fp16" ? DType::F16 : DType::BF16;
   const std::vector<std::string> files = collect_images(o.inputs);

@@ -103,7 +103,7 @@ expect 1 "holds a resnet9, not a simplecnn (use --model resnet9)" -- "$trainer" 
 expect 1 "holds a resnet18, not a simplecnn" -- "$trainer" --synthetic --max-steps 1 --init-from resnet18.safetensors --model simplecnn
 expect 2 "--export needs --resume" -- "$trainer" --export x.safetensors
 expect 2 "--init-from starts a new run" -- "$trainer" --resume ck.bin --init-from model.safetensors
-expect 2 "--export-dtype must be one of" -- "$trainer" --resume ck.bin --export x.safetensors --export-dtype int8
+expect 2 "--export-dtype must be one of" -- "$trainer" --resume ck.bin --export x.safetensors --export-dtype fp8
 expect 2 "must not overwrite the checkpoint" -- "$trainer" --resume ck.bin --export ck.bin
 # Failures after the start leave no file behind: a corrupt checkpoint, an unwritable place.
 head -c 1000 ck.bin >corrupt.bin
