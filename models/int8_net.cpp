@@ -53,6 +53,18 @@ template <class T>
 void max_pool_bytes(const T* x, int64_t b, int64_t h, int64_t w, int64_t c, int64_t kernel, int64_t stride,
                     int64_t pad, T* y) {
   const int64_t oh = (h + 2 * pad - kernel) / stride + 1, ow = (w + 2 * pad - kernel) / stride + 1;
+  if (kernel == 2 && stride == 2 && pad == 0) {  // the common case, in a loop the compiler vectorises
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < b * oh * ow; ++p) {
+      const int64_t n = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
+      const T* a = x + ((n * h + 2 * oy) * w + 2 * ox) * c;
+      const T* d = a + w * c;
+      T* out = y + p * c;
+      for (int64_t ch = 0; ch < c; ++ch)
+        out[ch] = std::max(std::max(a[ch], a[c + ch]), std::max(d[ch], d[c + ch]));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < b * oh * ow; ++p) {
     const int64_t n = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
@@ -362,8 +374,16 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
         if (q[s.in].defined()) q[s.out] = q[s.in].view({q[s.in].dim(0), q[s.in].numel() / q[s.in].dim(0)});
         break;
       case Int8Step::AvgPool: f[s.out] = engine::global_avg_pool(real(s.in)); break;
-      case Int8Step::Conv: f[s.out] = engine::conv2d(real(s.in), s.weight, s.bias, s.stride, s.pad); break;
-      case Int8Step::Linear: f[s.out] = engine::linear(real(s.in), s.weight, s.bias); break;
+      case Int8Step::Conv:  // the FP32 layers: ReLU in the kernel's store when no add comes first
+        f[s.out] = s.relu && s.residual < 0 ? engine::conv2d_relu(real(s.in), s.weight, s.bias, s.stride, s.pad)
+                                            : engine::conv2d(real(s.in), s.weight, s.bias, s.stride, s.pad);
+        if (s.relu && s.residual < 0) continue;
+        break;
+      case Int8Step::Linear:
+        f[s.out] = s.relu && s.residual < 0 ? engine::linear_relu(real(s.in), s.weight, s.bias)
+                                            : engine::linear(real(s.in), s.weight, s.bias);
+        if (s.relu && s.residual < 0) continue;
+        break;
       case Int8Step::Add:
       case Int8Step::Relu: f[s.out] = real(s.in); break;
     }

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/error.h"
+
 
 namespace kernels::cpu::int8 {
 
@@ -17,8 +19,8 @@ namespace {
 // the chunk's gathered inputs stay in L2 while every output column block reads them.
 constexpr int64_t kRowChunk = 48;
 // Scratch slots (scratch.h): the convolution's gathered rows; a K-padded copy of A; the
-// portable path's sums.
-constexpr int kSlotGather = 0, kSlotPaddedA = 1, kSlotSums = 2;
+// portable path's sums; the zero-point-padded input (the calling thread's, read by all).
+constexpr int kSlotGather = 0, kSlotPaddedA = 1, kSlotSums = 2, kSlotPaddedInput = 3;
 }  // namespace
 
 const char* int8_path_name(Int8Path p) {
@@ -29,20 +31,36 @@ const char* int8_path_name(Int8Path p) {
   return "?";
 }
 
-Int8Path cpu_int8_path() {
-  static const Int8Path path = [] {
+namespace {
+bool vnni_available() {
+  static const bool available = [] {
     const CpuFeatures f = detect_cpu_features();
     // cpu_isa() applies ENGINE_CPU_ISA: a cap below avx512 keeps the portable loops.
-    const bool avx512 = cpu_isa() >= CpuIsa::Avx512;
-    return avx512 && f.avx512_vnni && f.avx512bw && f.avx512vl && detail::avx512_vnni_compiled() ? Int8Path::Avx512Vnni
-                                                                                              : Int8Path::Generic;
+    return cpu_isa() >= CpuIsa::Avx512 && f.avx512_vnni && f.avx512bw && f.avx512vl && detail::avx512_vnni_compiled();
+  }();
+  return available;
+}
+
+}  // namespace
+
+Int8Path cpu_int8_path() {
+  static const Int8Path path = [] {
+    const bool vnni = vnni_available();
+    if (const char* forced = std::getenv("ENGINE_INT8_PATH")) {
+      const std::string f = forced;
+      if (f == "generic") return Int8Path::Generic;
+      ENGINE_CHECK(f == "avx512_vnni", "ENGINE_INT8_PATH='" << f << "': choose generic or avx512_vnni");
+      ENGINE_CHECK(vnni, "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
+      return Int8Path::Avx512Vnni;
+    }
+    return vnni ? Int8Path::Avx512Vnni : Int8Path::Generic;
   }();
   return path;
 }
 
 std::vector<Int8Path> int8_paths_available() {
   std::vector<Int8Path> paths = {Int8Path::Generic};
-  if (cpu_int8_path() == Int8Path::Avx512Vnni) paths.push_back(Int8Path::Avx512Vnni);
+  if (vnni_available()) paths.push_back(Int8Path::Avx512Vnni);
   return paths;
 }
 
@@ -80,18 +98,20 @@ inline int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* 
   return static_cast<int32_t>(std::nearbyint(f)) + e.zero_point;
 }
 
-void gemm_rows_generic(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
-                       void* out, int64_t ldo, int64_t row0) {
+void gemm_rows_generic(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                       int64_t ldo, int64_t row0) {
   int32_t* sums = scratch<int32_t>(kSlotSums, w.n16);
-  const int64_t quad_stride = w.n16 * 4;
+  const int64_t quad_stride = w.n16 * 4, segments = w.k4 / a.segment_quads;
   for (int64_t r = 0; r < rows; ++r) {
     std::fill(sums, sums + w.n16, 0);
-    const uint8_t* ar = a + r * lda;
-    for (int64_t q = 0; q < w.k4; ++q) {
-      const int32_t a0 = ar[4 * q], a1 = ar[4 * q + 1], a2 = ar[4 * q + 2], a3 = ar[4 * q + 3];
-      const int8_t* b = w.data.data() + q * quad_stride;
-      for (int64_t j = 0; j < w.n16; ++j)
-        sums[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+    for (int64_t seg = 0; seg < segments; ++seg) {
+      const uint8_t* ar = a.row[r] + seg * a.segment_stride;
+      for (int64_t qq = 0; qq < a.segment_quads; ++qq) {
+        const int32_t a0 = ar[4 * qq], a1 = ar[4 * qq + 1], a2 = ar[4 * qq + 2], a3 = ar[4 * qq + 3];
+        const int8_t* b = w.data.data() + (seg * a.segment_quads + qq) * quad_stride;
+        for (int64_t j = 0; j < w.n16; ++j)
+          sums[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+      }
     }
     if (!ep) {
       std::memcpy(static_cast<int32_t*>(out) + r * ldo, sums, static_cast<size_t>(w.n) * sizeof(int32_t));
@@ -113,18 +133,18 @@ void gemm_rows_generic(const uint8_t* a, int64_t rows, int64_t lda, const Packed
 
 namespace {
 
-void gemm_rows(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
-               const Requant* ep, void* out, int64_t ldo, int64_t row0) {
+void gemm_rows(Int8Path path, const detail::RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep,
+               void* out, int64_t ldo, int64_t row0) {
   if (path == Int8Path::Avx512Vnni)
-    detail::gemm_rows_avx512_vnni(a, rows, lda, w, ep, out, ldo, row0);
+    detail::gemm_rows_avx512_vnni(a, rows, w, ep, out, ldo, row0);
   else
-    detail::gemm_rows_generic(a, rows, lda, w, ep, out, ldo, row0);
+    detail::gemm_rows_generic(a, rows, w, ep, out, ldo, row0);
 }
 
 size_t out_elem_bytes(const Requant* ep) { return ep ? 1 : sizeof(int32_t); }
 
 void check_path(Int8Path path) {
-  ENGINE_CHECK(path == Int8Path::Generic || cpu_int8_path() == Int8Path::Avx512Vnni,
+  ENGINE_CHECK(path == Int8Path::Generic || vnni_available(),
                "the " << int8_path_name(path) << " INT8 kernels asked for on a CPU (or ENGINE_CPU_ISA) without them");
 }
 
@@ -150,7 +170,10 @@ void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const
       }
       rows_a = buf, ld = padded;
     }
-    gemm_rows(path, rows_a, m, ld, w, ep, static_cast<uint8_t*>(out) + m0 * ldo * out_elem_bytes(ep), ldo, m0);
+    const uint8_t* ptr[kRowChunk];
+    for (int64_t r = 0; r < m; ++r) ptr[r] = rows_a + r * ld;
+    const detail::RowSource src{ptr, w.k4, 0};
+    gemm_rows(path, src, m, w, ep, static_cast<uint8_t*>(out) + m0 * ldo * out_elem_bytes(ep), ldo, m0);
   }
 }
 
@@ -161,37 +184,68 @@ void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const Co
   ENGINE_CHECK(oh > 0 && ow > 0 && w.k == k * k * cin,
                "conv2d_u8s8: weights of K " << w.k << " for a " << k << "x" << k << "x" << cin << " window");
   const int64_t rows = g.batch * oh * ow, chunks = (rows + kRowChunk - 1) / kRowChunk;
-  const int64_t padded = 4 * w.k4;
-  // A 1x1 stride-1 convolution reads its input rows as they are.
+  // A 1x1 stride-1 convolution reads its input rows as they are; with channels in whole quads
+  // each window row is one run of a padded copy; otherwise windows are gathered.
   const bool direct = k == 1 && g.stride == 1 && g.pad == 0 && cin % 4 == 0;
+  const bool from_padded = !direct && cin % 4 == 0;
+  const int64_t hp = g.height + 2 * g.pad, wp = g.width + 2 * g.pad;
+  const uint8_t* xp = x;
+  if (from_padded && g.pad > 0) {
+    uint8_t* copy = scratch<uint8_t>(kSlotPaddedInput, g.batch * hp * wp * cin);
+    const size_t side = static_cast<size_t>(g.pad * cin), row = static_cast<size_t>(g.width * cin);
+#pragma omp parallel for schedule(static)
+    for (int64_t by = 0; by < g.batch * hp; ++by) {
+      uint8_t* d = copy + by * wp * cin;
+      const int64_t b = by / hp, y = by % hp - g.pad;
+      if (y < 0 || y >= g.height) {
+        std::memset(d, x_zero_point, static_cast<size_t>(wp * cin));
+        continue;
+      }
+      std::memset(d, x_zero_point, side);
+      std::memcpy(d + side, x + (b * g.height + y) * g.width * cin, row);
+      std::memset(d + side + row, x_zero_point, side);
+    }
+    xp = copy;
+  }
+  const int64_t padded = 4 * w.k4;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t m0 = c * kRowChunk, m = std::min(kRowChunk, rows - m0);
     void* dst = static_cast<uint8_t*>(out) + m0 * w.n * out_elem_bytes(ep);
+    const uint8_t* ptr[kRowChunk];
+    detail::RowSource src{ptr, w.k4, 0};
     if (direct) {
-      gemm_rows(path, x + m0 * cin, m, cin, w, ep, dst, w.n, m0);
-      continue;
-    }
-    // Gather each output pixel's window (KRSC order, the weights' K order) into one row;
-    // positions outside the image take the zero point.
-    uint8_t* gathered = scratch<uint8_t>(kSlotGather, m * padded);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t p = m0 + r, b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
-      uint8_t* row = gathered + r * padded;
-      for (int64_t ky = 0; ky < k; ++ky) {
-        const int64_t iy = oy * g.stride - g.pad + ky;
-        for (int64_t kx = 0; kx < k; ++kx) {
-          const int64_t ix = ox * g.stride - g.pad + kx;
-          uint8_t* d = row + (ky * k + kx) * cin;
-          if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width)
-            std::memset(d, x_zero_point, static_cast<size_t>(cin));
-          else
-            std::memcpy(d, x + ((b * g.height + iy) * g.width + ix) * cin, static_cast<size_t>(cin));
-        }
+      for (int64_t r = 0; r < m; ++r) ptr[r] = x + (m0 + r) * cin;
+    } else if (from_padded) {
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t p = m0 + r, b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
+        ptr[r] = xp + ((b * hp + oy * g.stride) * wp + ox * g.stride) * cin;
       }
-      std::memset(row + w.k, 0, static_cast<size_t>(padded - w.k));
+      src.segment_quads = k * cin / 4;
+      src.segment_stride = wp * cin;
+    } else {
+      // Gather each output pixel's window (KRSC order, the weights' K order) into one row;
+      // positions outside the image take the zero point.
+      uint8_t* gathered = scratch<uint8_t>(kSlotGather, m * padded);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t p = m0 + r, b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
+        uint8_t* dst_row = gathered + r * padded;
+        for (int64_t ky = 0; ky < k; ++ky) {
+          const int64_t iy = oy * g.stride - g.pad + ky;
+          for (int64_t kx = 0; kx < k; ++kx) {
+            const int64_t ix = ox * g.stride - g.pad + kx;
+            uint8_t* d = dst_row + (ky * k + kx) * cin;
+            if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width)
+              std::memset(d, x_zero_point, static_cast<size_t>(cin));
+            else
+              std::memcpy(d, x + ((b * g.height + iy) * g.width + ix) * cin, static_cast<size_t>(cin));
+          }
+        }
+        std::memset(dst_row + w.k, 0, static_cast<size_t>(padded - w.k));
+        ptr[r] = dst_row;
+      }
     }
-    gemm_rows(path, gathered, m, padded, w, ep, dst, w.n, m0);
+    gemm_rows(path, src, m, w, ep, dst, w.n, m0);
   }
 }
 

@@ -10,9 +10,10 @@
 
 namespace kernels::cpu::int8 {
 
-// Ordered by preference; cpu_int8_path() takes the best the CPU has, capped by ENGINE_CPU_ISA
-// (generic or avx2 -> Generic). AMX-INT8 (TDPBUSD) and AVX-VNNI (256-bit) are not written yet:
-// their CPUs take the next path down.
+// cpu_int8_path() takes AVX512-VNNI where the CPU has it (with AVX512BW/VL) and ENGINE_CPU_ISA
+// is not capped below avx512, the portable loops otherwise; ENGINE_INT8_PATH=generic|avx512_vnni
+// picks one. AMX-INT8 (TDPBUSD) and AVX-VNNI (the 256-bit VEX form) are not written yet: their
+// CPUs take AVX512-VNNI where they have it, the portable loops otherwise.
 enum class Int8Path { Generic, Avx512Vnni };
 Int8Path cpu_int8_path();
 const char* int8_path_name(Int8Path p);
@@ -63,16 +64,28 @@ struct ConvGeometry {
 // Convolution of NHWC uint8 x (zero point x_zero_point: the padding takes that value, so
 // it stands for 0.0) with packed KRSC weights (w.k = kernel * kernel * in_channels): NHWC output
 // [batch, out_height, out_width, w.n], epilogue as gemm_u8s8 (residual laid out as the output).
+// An implicit GEMM: with in_channels a multiple of 4 the kernels read each window from a padded
+// copy of x (a 1x1 stride-1 convolution from x itself); otherwise (the 3-channel image, odd
+// channel counts) each thread gathers its rows' windows first.
 void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const ConvGeometry& g,
                  const PackedWeights& w, const Requant* ep, void* out);
 
 namespace detail {
-// A block of rows of the product on one path; `row0` is the first row's index in the output
-// (for the residual). Defined in int8_gemm.cpp (Generic) and int8_vnni.cpp.
-void gemm_rows_generic(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
-                       void* out, int64_t ldo, int64_t row0);
-void gemm_rows_avx512_vnni(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
-                           void* out, int64_t ldo, int64_t row0);
+// Where a block of A rows lives: row r's quad q (bytes 4q..4q+3 of its K) is at
+//   row[r] + (q / segment_quads) * segment_stride + 4 * (q % segment_quads),
+// so a convolution reads its windows straight from the zero-point-padded input, one contiguous
+// run (a window row: kernel x in_channels bytes) per kernel row.
+struct RowSource {
+  const uint8_t* const* row = nullptr;
+  int64_t segment_quads = 0;   // quads per run; the weights' k4 is a whole number of runs
+  int64_t segment_stride = 0;  // bytes from one run to the next
+};
+// `rows` rows of the product on one path; `row0` is the first row's index in the output (for
+// the residual). Defined in int8_gemm.cpp (Generic) and int8_vnni.cpp.
+void gemm_rows_generic(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                       int64_t ldo, int64_t row0);
+void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                           int64_t ldo, int64_t row0);
 bool avx512_vnni_compiled();
 }  // namespace detail
 

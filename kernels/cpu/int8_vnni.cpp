@@ -1,6 +1,6 @@
-// The INT8 product on AVX512-VNNI (VPDPBUSD: 16 lanes, each adding four u8 x s8 products to an
-// int32): tiles of up to 6 rows x 64 outputs in 24 accumulators, the epilogue of int8_gemm.h in
-// vector form. This file alone is compiled for AVX512-VNNI; called only after
+// The INT8 product on AVX512-VNNI (VPDPBUSD: each int32 lane adds four u8 x s8 products):
+// tiles of up to 6 rows x 64 outputs (12 x 32 for narrow layers) in 24 accumulators, the
+// epilogue of int8_gemm.h in vector form. This file alone is compiled for AVX512-VNNI; called only after
 // cpu_int8_path() found it.
 #include <algorithm>
 #include <cstdint>
@@ -24,73 +24,169 @@ namespace kernels::cpu::int8::detail {
 #if defined(KERNELS_AVX512_VNNI)
 namespace {
 
-constexpr int kMaxRows = 6, kMaxVectors = 4;  // 24 accumulators + 4 weight rows + 1 broadcast
+// The vector operations the tile uses, in 512-bit form (16 int32 or float lanes).
+struct Zmm {
+  using I = __m512i;
+  using F = __m512;
+  using Mask = __mmask16;
+  static constexpr int kLanes = 16;
+  static I zero() { return _mm512_setzero_si512(); }
+  static I load(const int8_t* p) { return _mm512_loadu_si512(p); }
+  static I broadcast(int32_t v) { return _mm512_set1_epi32(v); }
+  static I dot(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }
+  static void store_sums(int32_t* p, Mask m, I v) { _mm512_mask_storeu_epi32(p, m, v); }
+  static I load_ints(Mask m, const int32_t* p) { return _mm512_maskz_loadu_epi32(m, p); }
+  static F load_floats(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static I load_bytes(Mask m, const uint8_t* p, bool is_signed) {
+    const __m128i b = _mm_maskz_loadu_epi8(m, p);
+    return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+  }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I set_int(int32_t v) { return _mm512_set1_epi32(v); }
+  static F to_float(I v) { return _mm512_cvtepi32_ps(v); }
+  static F set_float(float v) { return _mm512_set1_ps(v); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F clamp(F f, float lo, float hi) { return _mm512_min_ps(_mm512_max_ps(f, set_float(lo)), set_float(hi)); }
+  static I round(F f) { return _mm512_cvtps_epi32(f); }
+  static void store_bytes(uint8_t* p, Mask m, I v) { _mm512_mask_cvtepi32_storeu_epi8(p, m, v); }
+};
 
-template <int MR, int NV>
-void dot_tile(const uint8_t* a, int64_t lda, const int8_t* b, int64_t k4, int64_t quad_stride,
-              __m512i (&acc)[kMaxRows][kMaxVectors]) {
+// Tiles of up to 6 rows x 4 vectors (64 outputs), or 12 rows x 2 vectors for narrow layers:
+// 24 accumulators, the weight vectors and one broadcast in the 32 registers.
+constexpr int kMaxRows = 12, kMaxVectors = 4;
+
+// The loops over rows and vectors are unrolled (compile-time bounds) so the accumulators stay
+// in registers; left rolled, GCC keeps the array in memory and stores it every step.
+template <class V, int MR, int NV>
+void dot_tile(const RowSource& a, const int8_t* b, int64_t k4, int64_t quad_stride,
+              typename V::I (&acc)[kMaxRows][kMaxVectors]) {
+#pragma GCC unroll 12
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
-  for (int64_t q = 0; q < k4; ++q) {
-    __m512i bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + q * quad_stride + v * 64);
-    for (int r = 0; r < MR; ++r) {
-      int32_t four;
-      std::memcpy(&four, a + r * lda + 4 * q, 4);
-      const __m512i av = _mm512_set1_epi32(four);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V::zero();
+  const uint8_t* row[MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) row[r] = a.row[r];
+  const int64_t segments = k4 / a.segment_quads;
+  for (int64_t seg = 0; seg < segments; ++seg) {
+    const int8_t* bs = b + seg * a.segment_quads * quad_stride;
+    const int64_t offset = seg * a.segment_stride;
+    for (int64_t q = 0; q < a.segment_quads; ++q) {
+      typename V::I bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = V::load(bs + q * quad_stride + v * 4 * V::kLanes);
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) {
+        int32_t four;
+        std::memcpy(&four, row[r] + offset + 4 * q, 4);
+        const typename V::I av = V::broadcast(four);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::dot(acc[r][v], av, bv[v]);
+      }
     }
   }
 }
 
-// 16 outputs of one row from their sums (lanes past `mask` are not written).
-void store16(__m512i sum, int64_t j, __mmask16 mask, const Requant* ep, void* out_row, const uint8_t* res_row) {
+// kLanes outputs of one row from their sums (lanes past `mask` are not written): the epilogue
+// of int8_gemm.h, operation for operation.
+template <class V>
+__attribute__((always_inline)) inline void store_lanes(typename V::I sum, int64_t j, typename V::Mask mask, const Requant* ep, void* out_row,
+                 const uint8_t* res_row) {
   if (!ep) {
-    _mm512_mask_storeu_epi32(static_cast<int32_t*>(out_row) + j, mask, sum);
+    V::store_sums(static_cast<int32_t*>(out_row) + j, mask, sum);
     return;
   }
-  if (ep->correction) sum = _mm512_add_epi32(sum, _mm512_maskz_loadu_epi32(mask, ep->correction + j));
-  __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_maskz_loadu_ps(mask, ep->multiplier + j),
-                             _mm512_maskz_loadu_ps(mask, ep->offset + j));
+  if (ep->correction) sum = V::add(sum, V::load_ints(mask, ep->correction + j));
+  typename V::F f = V::fma(V::to_float(sum), V::load_floats(mask, ep->multiplier + j), V::load_floats(mask, ep->offset + j));
   if (res_row) {
-    const __m128i bytes = _mm_maskz_loadu_epi8(mask, res_row + j);
-    const __m512i r = ep->residual_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
-    const __m512 rf = _mm512_cvtepi32_ps(_mm512_sub_epi32(r, _mm512_set1_epi32(ep->residual_zero_point)));
-    f = _mm512_fmadd_ps(rf, _mm512_set1_ps(ep->residual_multiplier), f);
+    const typename V::I r = V::load_bytes(mask, res_row + j, ep->residual_signed);
+    f = V::fma(V::to_float(V::sub(r, V::set_int(ep->residual_zero_point))), V::set_float(ep->residual_multiplier), f);
   }
   const float qmin = ep->out_signed ? -128.f : 0.f, qmax = ep->out_signed ? 127.f : 255.f;
   const float zp = static_cast<float>(ep->zero_point);
-  const float lo = ep->relu ? 0.f : qmin - zp, hi = qmax - zp;
-  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-  const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(ep->zero_point));
-  _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(out_row) + j, mask, q);  // in range: truncation is exact
+  f = V::clamp(f, ep->relu ? 0.f : qmin - zp, qmax - zp);
+  V::store_bytes(static_cast<uint8_t*>(out_row) + j, mask, V::add(V::round(f), V::set_int(ep->zero_point)));
 }
 
-template <int MR, int NV>
-void tile(const uint8_t* a, int64_t lda, const PackedWeights& w, int64_t j0, const Requant* ep, void* out,
-          int64_t ldo, int64_t row0) {
-  __m512i acc[kMaxRows][kMaxVectors];
-  dot_tile<MR, NV>(a, lda, w.data.data() + j0 * 4, w.k4, w.n16 * 4, acc);
+template <class V, int MR, int NV>
+void tile(const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out, int64_t ldo,
+          int64_t row0) {
+  typename V::I acc[kMaxRows][kMaxVectors];
+  dot_tile<V, MR, NV>(a, w.data.data() + j0 * 4, w.k4, w.n16 * 4, acc);
   const size_t elem = ep ? 1 : sizeof(int32_t);
+#pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
     void* out_row = static_cast<uint8_t*>(out) + r * ldo * elem;
     const uint8_t* res_row = ep && ep->residual ? static_cast<const uint8_t*>(ep->residual) + (row0 + r) * ldo : nullptr;
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      const int64_t j = j0 + 16 * v, left = w.n - j;
-      const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-      store16(acc[r][v], j, mask, ep, out_row, res_row);
+      const int64_t j = j0 + V::kLanes * v, left = w.n - j;
+      const auto mask = static_cast<typename V::Mask>(left >= V::kLanes ? (1u << V::kLanes) - 1 : (1u << left) - 1);
+      store_lanes<V>(acc[r][v], j, mask, ep, out_row, res_row);
     }
   }
 }
 
-template <int MR>
-void tile_rows(int nv, const uint8_t* a, int64_t lda, const PackedWeights& w, int64_t j0, const Requant* ep,
-               void* out, int64_t ldo, int64_t row0) {
+template <class V, int MR>
+void tile_wide(int nv, const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out,
+               int64_t ldo, int64_t row0) {
   switch (nv) {
-    case 1: tile<MR, 1>(a, lda, w, j0, ep, out, ldo, row0); break;
-    case 2: tile<MR, 2>(a, lda, w, j0, ep, out, ldo, row0); break;
-    case 3: tile<MR, 3>(a, lda, w, j0, ep, out, ldo, row0); break;
-    default: tile<MR, 4>(a, lda, w, j0, ep, out, ldo, row0); break;
+    case 1: tile<V, MR, 1>(a, w, j0, ep, out, ldo, row0); break;
+    case 2: tile<V, MR, 2>(a, w, j0, ep, out, ldo, row0); break;
+    case 3: tile<V, MR, 3>(a, w, j0, ep, out, ldo, row0); break;
+    default: tile<V, MR, 4>(a, w, j0, ep, out, ldo, row0); break;
+  }
+}
+
+template <class V, int MR>
+void tile_narrow(int nv, const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out,
+                 int64_t ldo, int64_t row0) {
+  if (nv == 1)
+    tile<V, MR, 1>(a, w, j0, ep, out, ldo, row0);
+  else
+    tile<V, MR, 2>(a, w, j0, ep, out, ldo, row0);
+}
+
+template <class V>
+void gemm_rows(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out, int64_t ldo,
+               int64_t row0) {
+  const size_t elem = ep ? 1 : sizeof(int32_t);
+  constexpr int64_t kBlock = V::kLanes * kMaxVectors;
+  for (int64_t j0 = 0; j0 < w.n; j0 += kBlock) {
+    const int nv = static_cast<int>(std::min<int64_t>(kMaxVectors, (w.n - j0 + V::kLanes - 1) / V::kLanes));
+    const int64_t tile_rows = nv <= 2 ? 12 : 6;
+    for (int64_t r = 0; r < rows; r += tile_rows) {
+      const int mr = static_cast<int>(std::min<int64_t>(tile_rows, rows - r));
+      RowSource at = a;
+      at.row = a.row + r;
+      void* o = static_cast<uint8_t*>(out) + r * ldo * elem;
+      if (nv <= 2) {
+        switch (mr) {
+          case 1: tile_narrow<V, 1>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 2: tile_narrow<V, 2>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 3: tile_narrow<V, 3>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 4: tile_narrow<V, 4>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 5: tile_narrow<V, 5>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 6: tile_narrow<V, 6>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 7: tile_narrow<V, 7>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 8: tile_narrow<V, 8>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 9: tile_narrow<V, 9>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 10: tile_narrow<V, 10>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          case 11: tile_narrow<V, 11>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+          default: tile_narrow<V, 12>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        }
+        continue;
+      }
+      switch (mr) {
+        case 1: tile_wide<V, 1>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        case 2: tile_wide<V, 2>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        case 3: tile_wide<V, 3>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        case 4: tile_wide<V, 4>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        case 5: tile_wide<V, 5>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+        default: tile_wide<V, 6>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+      }
+    }
   }
 }
 
@@ -98,32 +194,15 @@ void tile_rows(int nv, const uint8_t* a, int64_t lda, const PackedWeights& w, in
 
 bool avx512_vnni_compiled() { return true; }
 
-void gemm_rows_avx512_vnni(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
-                           void* out, int64_t ldo, int64_t row0) {
-  const size_t elem = ep ? 1 : sizeof(int32_t);
-  for (int64_t j0 = 0; j0 < w.n; j0 += 16 * kMaxVectors) {
-    const int nv = static_cast<int>(std::min<int64_t>(kMaxVectors, (w.n - j0 + 15) / 16));
-    for (int64_t r = 0; r < rows; r += kMaxRows) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r));
-      const uint8_t* ar = a + r * lda;
-      void* o = static_cast<uint8_t*>(out) + r * ldo * elem;
-      switch (mr) {
-        case 1: tile_rows<1>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-        case 2: tile_rows<2>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-        case 3: tile_rows<3>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-        case 4: tile_rows<4>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-        case 5: tile_rows<5>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-        default: tile_rows<6>(nv, ar, lda, w, j0, ep, o, ldo, row0 + r); break;
-      }
-    }
-  }
+void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                           int64_t ldo, int64_t row0) {
+  gemm_rows<Zmm>(a, rows, w, ep, out, ldo, row0);
 }
 
 #else
 
 bool avx512_vnni_compiled() { return false; }
-void gemm_rows_avx512_vnni(const uint8_t*, int64_t, int64_t, const PackedWeights&, const Requant*, void*, int64_t,
-                           int64_t) {
+void gemm_rows_avx512_vnni(const RowSource&, int64_t, const PackedWeights&, const Requant*, void*, int64_t, int64_t) {
   ENGINE_FAIL("the AVX512-VNNI INT8 kernels were not compiled in (GCC 10 or later builds them)");
 }
 
