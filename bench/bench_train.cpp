@@ -228,6 +228,8 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
                                      engine::uniform({128, 32, 32, 3}, -1, 1, DType::F32)};
   models::Int8Net q = models::quantize_model(*model, name, calibration, engine::CalibrationMethod::Percentile);
   calibration.clear();
+  q.release_fp32_weights();  // as predict does: only what INT8 inference reads stays
+  model.reset();
   *weight_bytes = q.weight_bytes();
   InferenceResult r;
   r.model = name;

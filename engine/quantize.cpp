@@ -162,7 +162,12 @@ float RangeObserver::threshold(CalibrationMethod m) const {
     }
     return top;
   }
-  return width * static_cast<float>(entropy_threshold_bins(hist_, lo_ < 0 ? 128 : 256));
+  // The zero bin holds every exact zero (half a ReLU output, often more): a spike the merged
+  // levels reproduce exactly whatever the threshold, which would make clipping look cheap. Its
+  // count is taken as its neighbour's, as NVIDIA's pytorch-quantization entropy calibrator does.
+  std::vector<int64_t> hist = hist_;
+  hist[0] = hist[1];
+  return width * static_cast<float>(entropy_threshold_bins(hist, lo_ < 0 ? 128 : 256));
 }
 
 }  // namespace engine

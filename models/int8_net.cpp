@@ -206,6 +206,8 @@ Tensor Int8Net::forward_fp32(const Tensor& x, std::vector<Tensor>* values) {
   std::vector<Tensor> v(values_.size());
   v[0] = x;
   for (const Int8Step& s : steps_) {
+    ENGINE_CHECK((s.kind != Int8Step::Conv && s.kind != Int8Step::Linear) || s.weight.defined(),
+                 "Int8Net::forward_fp32 after release_fp32_weights");
     const Tensor& in = v[s.in];
     Tensor y;
     switch (s.kind) {
@@ -268,7 +270,7 @@ void Int8Net::prepare() {
     if (!s.int8) continue;
     const ActivationQuant in = values_[s.in].quant, out = values_[s.out].quant;
     ENGINE_CHECK(values_[s.in].calibrated && values_[s.out].calibrated, "layer " << s.name << " is not calibrated");
-    const int64_t k = s.weight.numel() / s.out_channels;
+    const int64_t k = static_cast<int64_t>(s.qweight.size()) / s.out_channels;
     s.packed = k8::pack_weights(s.qweight.data(), s.out_channels, k);
     // The kernels read uint8: an int8 input is shifted by 128 on the way in (zero point 128).
     const int32_t zp = in.is_signed ? 128 : in.zero_point;
@@ -304,7 +306,19 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
     }
     return f[v];
   };
-  for (const Int8Step& s : steps_) {
+  // Each value is dropped after the last step that reads it (unless the caller wants them all).
+  std::vector<size_t> last_read(n, 0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    last_read[steps_[i].in] = i;
+    if (steps_[i].residual >= 0) last_read[steps_[i].residual] = i;
+  }
+  auto release_inputs = [&](size_t i) {
+    if (values) return;
+    for (const int v : {steps_[i].in, steps_[i].residual})
+      if (v >= 0 && last_read[v] == i && v != static_cast<int>(n) - 1) f[v] = q[v] = Tensor();
+  };
+  for (size_t i = 0; i < steps_.size(); release_inputs(i), ++i) {
+    const Int8Step& s = steps_[i];
     if ((s.kind == Int8Step::Conv || s.kind == Int8Step::Linear) && s.int8) {
       Tensor in = quantized(s.in);
       if (values_[s.in].quant.is_signed) {  // to uint8 with zero point 128
@@ -404,11 +418,15 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
   return real(static_cast<int>(n) - 1);
 }
 
+namespace {
+int64_t weight_count(const Int8Step& s) { return s.int8 ? static_cast<int64_t>(s.qweight.size()) : s.weight.numel(); }
+}  // namespace
+
 int64_t Int8Net::weight_bytes() const {
   int64_t bytes = 0;
   for (const Int8Step& s : steps_) {
     if (s.kind != Int8Step::Conv && s.kind != Int8Step::Linear) continue;
-    bytes += s.int8 ? s.weight.numel() + 2 * 4 * s.out_channels : 4 * (s.weight.numel() + s.out_channels);
+    bytes += s.int8 ? weight_count(s) + 2 * 4 * s.out_channels : 4 * (weight_count(s) + s.out_channels);
   }
   return bytes;
 }
@@ -416,8 +434,13 @@ int64_t Int8Net::weight_bytes() const {
 int64_t Int8Net::fp32_weight_bytes() const {
   int64_t bytes = 0;
   for (const Int8Step& s : steps_)
-    if (s.kind == Int8Step::Conv || s.kind == Int8Step::Linear) bytes += 4 * (s.weight.numel() + s.out_channels);
+    if (s.kind == Int8Step::Conv || s.kind == Int8Step::Linear) bytes += 4 * (weight_count(s) + s.out_channels);
   return bytes;
+}
+
+void Int8Net::release_fp32_weights() {
+  for (Int8Step& s : steps_)
+    if (s.int8) s.weight = Tensor();
 }
 
 namespace {

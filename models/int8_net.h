@@ -75,6 +75,9 @@ class Int8Net {
   // or hold a zero, negative or non-finite scale or a NaN range.
   std::map<std::string, std::string> load(const std::string& path);
 
+  // Inference only: frees the FP32 copies of the INT8 layers' weights (forward_fp32 then refuses).
+  void release_fp32_weights();
+
   const std::vector<Int8Step>& steps() const { return steps_; }
   const std::vector<Int8Value>& values() const { return values_; }
   engine::CalibrationMethod method() const { return method_; }

@@ -115,6 +115,8 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
       engine::fold_batch_norm(*l.model, DType::F32);
       l.int8 = std::make_shared<models::Int8Net>(models::Int8Net::from_model(*l.model, l.model_name));
       l.int8->load(o.weights);
+      l.int8->release_fp32_weights();
+      l.model.reset();  // the INT8 steps hold all they need
       return l;
     }
     if (checkpoint)
@@ -140,6 +142,8 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
     l.int8 = std::make_shared<models::Int8Net>(
         models::quantize_model(*l.model, l.model_name, models::calibration_batches(images.data(), n, n),
                                engine::parse_calibration_method(o.calibration_method)));
+    l.int8->release_fp32_weights();
+    l.model.reset();
     return l;
   }
   l.model->set_compute_dtype(dtype);
