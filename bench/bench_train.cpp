@@ -8,7 +8,8 @@
 // folded logits move (max |difference|, share of equal top-1) on the benchmark batch. On the
 // CPU it adds an INT8 row per model (models/int8_net.h: calibrated on 256 other random images,
 // percentile), its logits compared with FP32's the same way; its weight column counts the INT8
-// file's bytes (int8 weights, FP32 scales and biases, the FP32 layers).
+// file's bytes (int8 weights, FP32 scales and biases, the FP32 layers), its peak the resident
+// weights (packed, with their per-channel terms) and the activations.
 // --memory counts bytes instead of time (valid on any machine): peak memory by kind for each
 // model in FP32, FP16 and FP16 with int8 optimizer state at each --batches size, the ratios to
 // FP32, and the largest batch whose peak fits --max-batch-under (from the counted bytes at two
@@ -219,7 +220,8 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
 }
 
 // The same on the INT8 path: FP32 weights (batch-norms trained-like, then folded) quantized.
-InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, int64_t* weight_bytes) {
+InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, int64_t* weight_bytes,
+                           int64_t* resident_bytes) {
   engine::manual_seed(1);
   auto model = models::make_model(name);
   trained_like_batch_norms(*model);
@@ -230,6 +232,7 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
   calibration.clear();
   q.release_fp32_weights();  // as predict does: only what INT8 inference reads stays
   model.reset();
+  *resident_bytes = q.resident_weight_bytes();
   *weight_bytes = q.weight_bytes();
   InferenceResult r;
   r.model = name;
@@ -296,8 +299,12 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       }
     const bool int8_covers = m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50";
     if (device.is_cpu() && int8_covers) {
-      int64_t weight_bytes = 0;
-      InferenceResult r = bench_int8(m, b, s, &weight_bytes);
+      int64_t weight_bytes = 0, resident = 0;
+      InferenceResult r = bench_int8(m, b, s, &weight_bytes, &resident);
+      // The allocator counts the FP32 layers and the biases; the packed INT8 weights and their
+      // per-channel terms live in std::vectors: added to the peak here.
+      const int64_t in_allocator = r.mem.at_total_peak[static_cast<int>(engine::MemKind::Weights)];
+      const int64_t packed = std::max<int64_t>(0, resident - in_allocator);
       const auto& ref = by.at({DType::F32, false}).logits;
       const int64_t k = static_cast<int64_t>(ref.size()) / b;
       int64_t same = 0;
@@ -310,7 +317,7 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
       r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
       std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f %14.3g %7.1f%%\n", r.model.c_str(), "int8", "yes",
-                  static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak + weight_bytes), mb(weight_bytes),
+                  static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak + packed), mb(weight_bytes),
                   mb(r.mem.at_total_peak[static_cast<int>(engine::MemKind::Activations)]), r.max_logit_change,
                   100 * r.top1_agreement);
       std::fflush(stdout);

@@ -270,8 +270,10 @@ void Int8Net::prepare() {
     if (!s.int8) continue;
     const ActivationQuant in = values_[s.in].quant, out = values_[s.out].quant;
     ENGINE_CHECK(values_[s.in].calibrated && values_[s.out].calibrated, "layer " << s.name << " is not calibrated");
-    const int64_t k = static_cast<int64_t>(s.qweight.size()) / s.out_channels;
-    s.packed = k8::pack_weights(s.qweight.data(), s.out_channels, k);
+    if (!released_) {  // a released net keeps its packed weights
+      const int64_t k = static_cast<int64_t>(s.qweight.size()) / s.out_channels;
+      s.packed = k8::pack_weights(s.qweight.data(), s.out_channels, k);
+    }
     // The kernels read uint8: an int8 input is shifted by 128 on the way in (zero point 128).
     const int32_t zp = in.is_signed ? 128 : in.zero_point;
     const float* bias = s.bias.data<float>();
@@ -282,6 +284,13 @@ void Int8Net::prepare() {
       s.correction[j] = -zp * s.packed.row_sums[j];
       s.multiplier[j] = in.scale * s.weight_scale[j] / out.scale;
       s.offset[j] = bias[j] / out.scale;
+      ENGINE_CHECK(std::isfinite(s.multiplier[j]) && std::isfinite(s.offset[j]),
+                   "layer " << s.name << ": its scales give a requantization of " << s.multiplier[j] << " x + "
+                            << s.offset[j] << " for channel " << j << " (an output scale too small)");
+    }
+    if (s.residual >= 0) {
+      const float r = values_[s.residual].quant.scale / out.scale;
+      ENGINE_CHECK(std::isfinite(r), "layer " << s.name << ": residual scale / output scale is " << r);
     }
   }
 }
@@ -419,7 +428,9 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
 }
 
 namespace {
-int64_t weight_count(const Int8Step& s) { return s.int8 ? static_cast<int64_t>(s.qweight.size()) : s.weight.numel(); }
+int64_t weight_count(const Int8Step& s) {
+  return s.int8 ? s.packed.n * s.packed.k : s.weight.numel();
+}
 }  // namespace
 
 int64_t Int8Net::weight_bytes() const {
@@ -440,7 +451,23 @@ int64_t Int8Net::fp32_weight_bytes() const {
 
 void Int8Net::release_fp32_weights() {
   for (Int8Step& s : steps_)
-    if (s.int8) s.weight = Tensor();
+    if (s.int8) {
+      s.weight = Tensor();
+      std::vector<int8_t>().swap(s.qweight);  // the packed copy is what the kernels read
+    }
+  released_ = true;
+}
+
+int64_t Int8Net::resident_weight_bytes() const {
+  int64_t bytes = 0;
+  for (const Int8Step& s : steps_) {
+    if (s.kind != Int8Step::Conv && s.kind != Int8Step::Linear) continue;
+    bytes += s.int8 ? static_cast<int64_t>(s.packed.data.size() + 4 * (s.packed.row_sums.size() + s.correction.size() +
+                                                                        s.multiplier.size() + s.offset.size()))
+                    : 4 * s.weight.numel();
+    bytes += 4 * s.out_channels;  // the bias
+  }
+  return bytes;
 }
 
 namespace {
@@ -454,6 +481,7 @@ Tensor floats(const std::vector<float>& v) {
 }  // namespace
 
 void Int8Net::save(const std::string& path, std::map<std::string, std::string> metadata) const {
+  ENGINE_CHECK(!released_, "Int8Net::save after release_fp32_weights");
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const Int8Step& s : steps_) {
     if (s.kind != Int8Step::Conv && s.kind != Int8Step::Linear) continue;
@@ -482,6 +510,7 @@ void Int8Net::save(const std::string& path, std::map<std::string, std::string> m
 }
 
 std::map<std::string, std::string> Int8Net::load(const std::string& path) {
+  ENGINE_CHECK(!released_, "Int8Net::load after release_fp32_weights");
   const engine::SafetensorsFile file = engine::load_safetensors(path);
   auto meta_or = [&](const char* key) { return file.metadata.count(key) ? file.metadata.at(key) : std::string(); };
   ENGINE_CHECK(meta_or("format") == "mpcnn-int8", path << " is not an INT8 model file (no format mpcnn-int8)");

@@ -75,8 +75,11 @@ class Int8Net {
   // or hold a zero, negative or non-finite scale or a NaN range.
   std::map<std::string, std::string> load(const std::string& path);
 
-  // Inference only: frees the FP32 copies of the INT8 layers' weights (forward_fp32 then refuses).
+  // Inference only: frees the INT8 layers' FP32 weights and unpacked codes (the kernels read the
+  // packed copy); forward_fp32, save and load then refuse.
   void release_fp32_weights();
+  // The bytes inference holds for weights: packed codes, per-channel terms, FP32 layers, biases.
+  int64_t resident_weight_bytes() const;
 
   const std::vector<Int8Step>& steps() const { return steps_; }
   const std::vector<Int8Value>& values() const { return values_; }
@@ -95,6 +98,7 @@ class Int8Net {
   std::vector<int> consumers_;
   std::vector<std::array<float, 3>> thresholds_;  // per value: minmax, percentile, entropy
   engine::CalibrationMethod method_ = engine::CalibrationMethod::Percentile;
+  bool released_ = false;
 };
 
 // The calibration images: every (count / n)-th of `count` HWC uint8 images (each image when

@@ -73,10 +73,42 @@ bool is_checkpoint(const std::string& path) {
   return f.gcount() == 8 && std::memcmp(magic, "MPCNNCKP", 8) == 0;
 }
 
+// The calibration images in the order the trainer reads a training folder: a folder with one
+// subfolder per class is read class by class (the model's class order, files by name, as
+// data/cifar.cpp does), so every count/N-th image is the trainer's pick; any other folder
+// gives all the images below it in path order.
+std::vector<std::string> calibration_files(const std::string& dir, const std::vector<std::string>& classes) {
+  std::error_code ec;
+  bool class_folders = !classes.empty();
+  for (const std::string& c : classes) class_folders = class_folders && fs::is_directory(fs::path(dir) / c, ec);
+  if (!class_folders) return collect_images({dir});
+  std::vector<std::string> out;
+  for (const std::string& c : classes) {
+    std::vector<std::string> files;
+    for (auto it = fs::directory_iterator(fs::path(dir) / c, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      if (it->is_regular_file(ec) && data::is_image_name(it->path().string())) files.push_back(it->path().string());
+    ENGINE_CHECK(!ec, "cannot list folder '" << (fs::path(dir) / c).string() << "': " << ec.message());
+    std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+      return fs::path(a).filename().string() < fs::path(b).filename().string();
+    });
+    out.insert(out.end(), files.begin(), files.end());
+  }
+  ENGINE_CHECK(!out.empty(), "calibration folder '" << dir << "' holds no .png, .jpg or .jpeg images");
+  return out;
+}
+
+// The safetensors header names format mpcnn-int8 (read without loading the tensors).
 bool is_int8_file(const std::string& path) {
   if (is_checkpoint(path)) return false;
-  const engine::SafetensorsFile st = engine::load_safetensors(path);
-  return st.metadata.count("format") && st.metadata.at("format") == "mpcnn-int8";
+  std::ifstream f(path, std::ios::binary);
+  unsigned char len[8] = {};
+  if (!f.read(reinterpret_cast<char*>(len), 8)) return false;  // load() says what is wrong
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+  if (n > (100u << 20)) return false;
+  std::string header(static_cast<size_t>(n), '\0');
+  if (!f.read(header.data(), static_cast<std::streamsize>(n))) return false;
+  return header.find("\"format\":\"mpcnn-int8\"") != std::string::npos;
 }
 
 // Builds the model in the inference dtype on the device, then loads the weights.
@@ -105,8 +137,9 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
     ENGINE_CHECK(!device.is_cuda(), "INT8 inference runs on the CPU only (--device cpu); the GPU's is not written yet");
     if (int8_file && o.precision != "fp32" && o.precision != "int8")
       usage_error(o.weights + " is an INT8 model: it runs with --precision int8 (or without --precision)");
-    if (int8_file && !o.calibration_data.empty())
-      usage_error(o.weights + " is already calibrated: --calibration-data is for FP32 weights");
+    if (int8_file && o.calibration_given)
+      usage_error(o.weights + " is already calibrated: --calibration-data, --calibrate and --calibration-method are "
+                  "for FP32 weights");
     if (!int8_file && o.calibration_data.empty())
       usage_error("--precision int8 on FP32 weights needs --calibration-data DIR (images to calibrate on), or an INT8 "
                   "file from trainer --export-dtype int8");
@@ -123,8 +156,7 @@ Loaded load(const Options& o, DType dtype, engine::Device device) {
       l.model->load_state(ck);
     else
       models::load_pytorch_state_dict(*l.model, l.model_name, st, o.weights);
-    // Every count/N-th image of the folder, in path order.
-    const std::vector<std::string> found = collect_images({o.calibration_data});
+    const std::vector<std::string> found = calibration_files(o.calibration_data, l.classes);
     const int64_t n = std::min<int64_t>(o.calibrate, static_cast<int64_t>(found.size()));
     const int64_t stride = static_cast<int64_t>(found.size()) / n;
     std::vector<uint8_t> images(static_cast<size_t>(n * data::Dataset::kImageBytes));

@@ -123,6 +123,7 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
   }
   if (o.weights.empty()) usage_error("--weights FILE is required");
   if (o.inputs.empty()) usage_error("give at least one image or folder");
+  o.calibration_given = calibration_flags;
   if (calibration_flags && o.precision != "int8")
     usage_error("--calibration-data, --calibrate and --calibration-method apply to --precision int8 only");
   return o;

@@ -19,6 +19,7 @@ struct PredictOptions {
   // --precision int8 on an FP32 file: calibrate on N images of a folder (docs/quantization.md).
   int64_t calibrate = 512;
   std::string calibration_data, calibration_method = "percentile";
+  bool calibration_given = false;  // any of the three flags
   std::vector<std::string> inputs;
 };
 

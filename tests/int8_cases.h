@@ -35,7 +35,7 @@ inline int32_t reference_requant(int32_t sum, int64_t j, const k8::Requant& e, i
   const int32_t qmin = e.out_signed ? -128 : 0, qmax = e.out_signed ? 127 : 255;
   float lo = static_cast<float>(qmin - e.zero_point), hi = static_cast<float>(qmax - e.zero_point);
   if (e.relu) lo = 0;
-  if (f < lo) f = lo;
+  if (!(f >= lo)) f = lo;  // a NaN too
   if (f > hi) f = hi;
   return static_cast<int32_t>(std::nearbyint(f)) + e.zero_point;
 }
@@ -76,13 +76,16 @@ struct ConvCase {
 };
 
 // 1, 3 and 13 channels, batch 1, odd widths, stride 2, 1x1 and 5x5, K (= kernel^2 * cin) not a
-// multiple of 4 or of 64, more outputs than one 64-wide block.
+// multiple of 4 or of 64, more outputs than one 64-wide block. Each route: gathered windows
+// (channels not in quads), windows read from the padded copy (with and without padding, strides
+// 1, 2, 3), and 1x1 stride-1 rows read in place.
 inline const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases = {
       {1, 5, 7, 1, 3, 3, 1, 1},    {2, 9, 11, 3, 13, 3, 2, 1},  {1, 8, 9, 13, 17, 5, 1, 2},
       {3, 6, 6, 16, 64, 1, 1, 0},  {2, 7, 7, 20, 70, 1, 2, 0},  {1, 4, 5, 67, 33, 3, 1, 1},
       {1, 3, 5, 64, 129, 3, 1, 1}, {2, 10, 6, 8, 16, 5, 2, 2},  {1, 13, 13, 3, 1, 3, 1, 0},
-      {4, 5, 5, 12, 200, 1, 1, 0},
+      {4, 5, 5, 12, 200, 1, 1, 0}, {1, 9, 9, 8, 20, 3, 2, 0},    {2, 8, 8, 4, 16, 2, 2, 0},
+      {1, 10, 10, 12, 40, 3, 3, 1}, {2, 7, 9, 16, 48, 3, 1, 1},
   };
   return cases;
 }

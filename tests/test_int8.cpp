@@ -123,23 +123,26 @@ TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]")
   WARN("INT8 paths compared on this CPU: " << names
                                            << (paths.size() == 1 ? " (no AVX512-VNNI here: only the portable path)" : ""));
   int8_cases::Rng rng{3};
-  k8::ConvGeometry g;
-  g.batch = 2, g.height = 9, g.width = 7, g.in_channels = 19, g.kernel = 3, g.stride = 1, g.pad = 1;
-  const int64_t n = 70, k = 9 * 19, rows = 2 * 9 * 7;
-  std::vector<uint8_t> x(static_cast<size_t>(2 * 9 * 7 * 19));
-  for (auto& v : x) v = static_cast<uint8_t>(rng.next());
-  std::vector<int8_t> w(static_cast<size_t>(n * k));
-  for (auto& v : w) v = static_cast<int8_t>(rng.next());
-  const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k);
-  int8_cases::Epilogue e(rng, rows, n, k, true, true, false);
-  std::vector<uint8_t> first;
-  for (k8::Int8Path p : paths) {
-    std::vector<uint8_t> out(static_cast<size_t>(rows * n));
-    k8::conv2d_u8s8(p, x.data(), 9, g, packed, &e.ep, out.data());
-    if (first.empty())
-      first = out;
-    else
-      CHECK(out == first);
+  // Gathered windows (19 channels) and windows read from the padded input (16 channels).
+  for (const int64_t cin : {19, 16}) {
+    k8::ConvGeometry g;
+    g.batch = 2, g.height = 9, g.width = 7, g.in_channels = cin, g.kernel = 3, g.stride = 1, g.pad = 1;
+    const int64_t n = 70, k = 9 * cin, rows = 2 * 9 * 7;
+    std::vector<uint8_t> x(static_cast<size_t>(2 * 9 * 7 * cin));
+    for (auto& v : x) v = static_cast<uint8_t>(rng.next());
+    std::vector<int8_t> w(static_cast<size_t>(n * k));
+    for (auto& v : w) v = static_cast<int8_t>(rng.next());
+    const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k);
+    int8_cases::Epilogue e(rng, rows, n, k, true, true, false);
+    std::vector<uint8_t> first;
+    for (k8::Int8Path p : paths) {
+      std::vector<uint8_t> out(static_cast<size_t>(rows * n));
+      k8::conv2d_u8s8(p, x.data(), 9, g, packed, &e.ep, out.data());
+      if (first.empty())
+        first = out;
+      else
+        CHECK(out == first);
+    }
   }
 }
 

@@ -66,6 +66,8 @@ std::vector<Int8Path> int8_paths_available() {
 
 PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k) {
   ENGINE_CHECK(n > 0 && k > 0, "pack_weights: " << n << " x " << k << " weights");
+  // Sums must fit int32: |sum| <= 255 * 128 * k (and the zero-point correction as much again).
+  ENGINE_CHECK(k <= 32768, "pack_weights: K = " << k << " products per output could overflow the int32 sums");
   PackedWeights p;
   p.n = n, p.k = k, p.k4 = (k + 3) / 4, p.n16 = (n + 15) / 16 * 16;
   p.data.assign(static_cast<size_t>(p.k4 * p.n16 * 4), 0);
@@ -94,7 +96,8 @@ inline int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* 
   const float qmin = e.out_signed ? -128.f : 0.f, qmax = e.out_signed ? 127.f : 255.f;
   const float zp = static_cast<float>(e.zero_point);
   const float lo = e.relu ? 0.f : qmin - zp, hi = qmax - zp;
-  f = std::min(std::max(f, lo), hi);
+  f = f > lo ? f : lo;  // as MAXPS/MINPS: a NaN becomes lo, so every path agrees even then
+  f = f < hi ? f : hi;
   return static_cast<int32_t>(std::nearbyint(f)) + e.zero_point;
 }
 

@@ -34,7 +34,7 @@ PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k);
 //   s = sum + correction[j]                                   (int32, exact)
 //   f = fma(float(s), multiplier[j], offset[j])
 //   f = fma(float(r - residual_zero_point), residual_multiplier, f)   with a residual r
-//   f = clamp(f, lo - zero_point, hi - zero_point), lo = zero_point if relu
+//   f = clamp(f, lo - zero_point, hi - zero_point), lo = zero_point if relu (a NaN -> the low end)
 //   out = nearbyint(f) + zero_point                           (ties to even)
 // where [lo, hi] is [0, 255] for uint8 and [-128, 127] for int8 outputs.
 struct Requant {
