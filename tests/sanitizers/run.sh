@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU build under AddressSanitizer + UndefinedBehaviorSanitizer (GCC, -O1): every unit
 # test, then a short trainer run (FP16 with the loss scaler, saved, stopped by SIGTERM,
-# resumed, exported) and predict on its export. Any report fails: ASan's and LeakSanitizer's
+# resumed, exported, also in INT8) and predict on its exports. Any report fails: ASan's and LeakSanitizer's
 # end the process, UBSan's too (halt_on_error). MPI stays out of this build: Open MPI's own
 # start-up allocations are reported as leaks by the hundred, which would bury ours.
 #   bash tests/sanitizers/run.sh [BUILD_DIR]
@@ -42,6 +42,14 @@ mkdir -p "$work/images"
 cp "$root/tests/fuzz/corpus/image/rgb32.png" "$root/tests/fuzz/corpus/image/rgb32.jpg" "$work/images/"
 "$build/predict" --weights "$work/a.safetensors" --precision bf16 "$work/images" >"$work/predict.log" 2>&1 ||
   { echo "FAILED: predict"; cat "$work/predict.log"; exit 1; }
+# INT8: export calibrated on 64 synthetic images, predict with the file and quantized on the fly.
+"$build/trainer" --resume "$work/a.ckpt" --export "$work/a.int8.safetensors" --export-dtype int8 --calibrate 64 \
+  --synthetic --synthetic-size 640 --threads 2 >"$work/int8.log" 2>&1 ||
+  { echo "FAILED: the INT8 export"; cat "$work/int8.log"; exit 1; }
+"$build/predict" --weights "$work/a.int8.safetensors" "$work/images" >>"$work/int8.log" 2>&1 &&
+  "$build/predict" --weights "$work/a.safetensors" --precision int8 --calibrate 2 --calibration-data "$work/images" \
+    "$work/images" >>"$work/int8.log" 2>&1 ||
+  { echo "FAILED: INT8 predict"; cat "$work/int8.log"; exit 1; }
 "${trainer[@]}" --precision bf16 --model resnet9 --synthetic-size 128 --batch-size 32 --epochs 1 >"$work/c.log" 2>&1 ||
   { echo "FAILED: the BF16 resnet9 run"; cat "$work/c.log"; exit 1; }
 echo "trainer and predict runs: $((SECONDS - t1)) s; no sanitizer reports"
