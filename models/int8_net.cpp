@@ -272,7 +272,7 @@ void Int8Net::prepare() {
     ENGINE_CHECK(values_[s.in].calibrated && values_[s.out].calibrated, "layer " << s.name << " is not calibrated");
     if (!released_) {  // a released net keeps its packed weights
       const int64_t k = static_cast<int64_t>(s.qweight.size()) / s.out_channels;
-      s.packed = k8::pack_weights(s.qweight.data(), s.out_channels, k);
+      s.packed = k8::pack_weights(s.qweight.data(), s.out_channels, k, path);
     }
     // The kernels read uint8: an int8 input is shifted by 128 on the way in (zero point 128).
     const int32_t zp = in.is_signed ? 128 : in.zero_point;

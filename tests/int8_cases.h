@@ -1,5 +1,5 @@
-// The INT8 kernels' cases, shared by engine_tests (the portable path) and engine_int8_hw_tests
-// (the AVX512-VNNI path): each convolution and product against a plain integer loop, the s32
+// The INT8 kernels' cases, shared by engine_tests (the portable path and the emulated AMX tiles)
+// and engine_int8_hw_tests (AVX512-VNNI, AMX): each convolution and product against a plain integer loop, the s32
 // sums exactly and the requantized bytes bit for bit, the epilogue written out here from
 // kernels/cpu/int8_gemm.h's formula.
 #pragma once
@@ -104,7 +104,7 @@ inline void check_conv(k8::Int8Path path) {
     std::vector<int8_t> w(static_cast<size_t>(c.cout * k));
     for (auto& v : w) v = static_cast<int8_t>(rng.next());  // the whole range, -128 included
     const uint8_t zp = static_cast<uint8_t>(rng.between(0, 255));
-    const k8::PackedWeights packed = k8::pack_weights(w.data(), c.cout, k);
+    const k8::PackedWeights packed = k8::pack_weights(w.data(), c.cout, k, path);
     // The plain loop: every window position, the zero point outside the image.
     std::vector<int32_t> want(static_cast<size_t>(rows * c.cout));
     for (int64_t b = 0; b < c.batch; ++b)
@@ -157,7 +157,7 @@ inline void check_gemm(k8::Int8Path path) {
     for (auto& v : a) v = static_cast<uint8_t>(rng.next());
     std::vector<int8_t> w(static_cast<size_t>(n * k));
     for (auto& v : w) v = static_cast<int8_t>(rng.next());
-    const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k);
+    const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k, path);
     std::vector<int32_t> want(static_cast<size_t>(rows * n)), sums(want.size());
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t j = 0; j < n; ++j) {

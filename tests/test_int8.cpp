@@ -15,6 +15,7 @@
 #include "engine/safetensors.h"
 #include "engine/tape.h"
 #include "int8_cases.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "models/int8_net.h"
 #include "models/models.h"
 
@@ -116,6 +117,38 @@ TEST_CASE("int8 kernels, portable path: convolutions and products against plain 
   int8_cases::check_gemm(k8::Int8Path::Generic);
 }
 
+TEST_CASE("int8 kernels on emulated AMX tiles (TDPBUSD): convolutions and products against plain loops", "[int8]") {
+  int8_cases::check_conv(k8::Int8Path::AmxEmulated);
+  int8_cases::check_gemm(k8::Int8Path::AmxEmulated);
+}
+
+TEST_CASE("TDPBUSD emulated: each product as the SDM's definition, int32 sums wrapping", "[int8]") {
+  namespace amx = kernels::cpu::amx;
+  amx::EmulatedTiles t;
+  t.configure(amx::gemm_tile_config());
+  alignas(64) uint8_t a[16][64], b[16][64];
+  alignas(64) int32_t c[16][16];
+  int8_cases::Rng rng{11};
+  for (auto& row : a)
+    for (auto& v : row) v = static_cast<uint8_t>(rng.next());
+  for (auto& row : b)
+    for (auto& v : row) v = static_cast<uint8_t>(rng.next());
+  for (auto& row : c)
+    for (auto& v : row) v = static_cast<int32_t>(rng.next()) * 1000;  // near the int32 edges: wraps
+  t.load<0>(c, 64);
+  t.load<4>(a, 64);
+  t.load<6>(b, 64);
+  t.dpbusd<0, 4, 6>();
+  alignas(64) int32_t got[16][16];
+  t.store<0>(got, 64);
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 16; ++n) {
+      uint32_t want = static_cast<uint32_t>(c[m][n]);
+      for (int k = 0; k < 64; ++k) want += static_cast<uint32_t>(int32_t{a[m][k]} * int32_t{static_cast<int8_t>(b[k / 4][4 * n + k % 4])});
+      CHECK(static_cast<uint32_t>(got[m][n]) == want);
+    }
+}
+
 TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]") {
   const std::vector<k8::Int8Path> paths = k8::int8_paths_available();
   std::string names;
@@ -132,10 +165,10 @@ TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]")
     for (auto& v : x) v = static_cast<uint8_t>(rng.next());
     std::vector<int8_t> w(static_cast<size_t>(n * k));
     for (auto& v : w) v = static_cast<int8_t>(rng.next());
-    const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k);
     int8_cases::Epilogue e(rng, rows, n, k, true, true, false);
     std::vector<uint8_t> first;
     for (k8::Int8Path p : paths) {
+      const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k, p);
       std::vector<uint8_t> out(static_cast<size_t>(rows * n));
       k8::conv2d_u8s8(p, x.data(), 9, g, packed, &e.ep, out.data());
       if (first.empty())

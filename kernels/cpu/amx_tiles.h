@@ -106,6 +106,27 @@ class EmulatedTiles {
     }
     for (int m = cfg_.rows[C]; m < kTileRows; ++m) std::memset(t_[C][m], 0, kTileBytes);  // zero_upper_rows
   }
+  // TDPBUSD C, A, B: C[m][n] (int32) += the four products of A[m]'s byte quad k (unsigned) with
+  // B row k's quad n (signed), for every k; int32 arithmetic wraps, as the SDM's has it.
+  template <int C, int A, int B> void dpbusd() {
+    static_assert(C != A && C != B && A != B, "TDPBUSD: the three tiles must differ");
+    ENGINE_CHECK(cfg_.rows[C] == cfg_.rows[A] && cfg_.colsb[A] / 4 == cfg_.rows[B] && cfg_.colsb[B] == cfg_.colsb[C],
+                 "TDPBUSD: tile shapes do not fit (the hardware raises #UD)");
+    for (int m = 0; m < cfg_.rows[C]; ++m) {
+      uint32_t row[16];
+      std::memcpy(row, t_[C][m], sizeof row);
+      for (int k = 0; k < cfg_.colsb[A] / 4; ++k)
+        for (int n = 0; n < cfg_.colsb[C] / 4; ++n) {
+          int32_t dot = 0;
+          for (int i = 0; i < 4; ++i)
+            dot += int32_t{t_[A][m][4 * k + i]} * int32_t{static_cast<int8_t>(t_[B][k][4 * n + i])};
+          row[n] += static_cast<uint32_t>(dot);
+        }
+      std::memset(t_[C][m], 0, kTileBytes);
+      std::memcpy(t_[C][m], row, cfg_.colsb[C]);
+    }
+    for (int m = cfg_.rows[C]; m < kTileRows; ++m) std::memset(t_[C][m], 0, kTileBytes);
+  }
   void release() {}
   // The tile kernels' store: n <= 32 FP32 sums plus bias (may be null), then ReLU when asked
   // (x > 0 ? x : +0, as kernels/element_math.h: a NaN gives 0), rounded to BF16 as

@@ -27,6 +27,8 @@ const char* int8_path_name(Int8Path p) {
   switch (p) {
     case Int8Path::Generic: return "generic";
     case Int8Path::Avx512Vnni: return "avx512_vnni";
+    case Int8Path::AmxEmulated: return "amx_emulated";
+    case Int8Path::Amx: return "amx";
   }
   return "?";
 }
@@ -43,39 +45,56 @@ bool vnni_available() {
 
 }  // namespace
 
+bool amx_int8_available() {
+  // cpu_isa() is Amx only once Linux granted the tile data permission.
+  static const bool available =
+      cpu_isa() == CpuIsa::Amx && detect_cpu_features().amx_int8 && vnni_available() && detail::amx_int8_compiled();
+  return available;
+}
+
+bool tile_path(Int8Path p) { return p == Int8Path::AmxEmulated || p == Int8Path::Amx; }
+
 Int8Path cpu_int8_path() {
   static const Int8Path path = [] {
-    const bool vnni = vnni_available();
     if (const char* forced = std::getenv("ENGINE_INT8_PATH")) {
       const std::string f = forced;
       if (f == "generic") return Int8Path::Generic;
-      ENGINE_CHECK(f == "avx512_vnni", "ENGINE_INT8_PATH='" << f << "': choose generic or avx512_vnni");
-      ENGINE_CHECK(vnni, "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
+      if (f == "amx_emulated") return Int8Path::AmxEmulated;
+      ENGINE_CHECK(f == "avx512_vnni" || f == "amx",
+                   "ENGINE_INT8_PATH='" << f << "': choose generic, avx512_vnni, amx_emulated or amx");
+      if (f == "amx") {
+        ENGINE_CHECK(amx_int8_available(), "ENGINE_INT8_PATH=amx on a CPU (or ENGINE_CPU_ISA, or an OS) without AMX-INT8");
+        return Int8Path::Amx;
+      }
+      ENGINE_CHECK(vnni_available(), "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
       return Int8Path::Avx512Vnni;
     }
-    return vnni ? Int8Path::Avx512Vnni : Int8Path::Generic;
+    return amx_int8_available() ? Int8Path::Amx : vnni_available() ? Int8Path::Avx512Vnni : Int8Path::Generic;
   }();
   return path;
 }
 
 std::vector<Int8Path> int8_paths_available() {
-  std::vector<Int8Path> paths = {Int8Path::Generic};
+  std::vector<Int8Path> paths = {Int8Path::Generic, Int8Path::AmxEmulated};
   if (vnni_available()) paths.push_back(Int8Path::Avx512Vnni);
+  if (amx_int8_available()) paths.push_back(Int8Path::Amx);
   return paths;
 }
 
-PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k) {
+PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k, Int8Path path) {
   ENGINE_CHECK(n > 0 && k > 0, "pack_weights: " << n << " x " << k << " weights");
   // Sums must fit int32: |sum| <= 255 * 128 * k (and the zero-point correction as much again).
   ENGINE_CHECK(k <= 32768, "pack_weights: K = " << k << " products per output could overflow the int32 sums");
   PackedWeights p;
-  p.n = n, p.k = k, p.k4 = (k + 3) / 4, p.n16 = (n + 15) / 16 * 16;
-  p.data.assign(static_cast<size_t>(p.k4 * p.n16 * 4), 0);
+  p.tiles = tile_path(path);
+  p.n = n, p.k = k, p.k4 = (k + 3) / 4, p.n_padded = (n + 15) / 16 * 16;
+  if (p.tiles) p.k4 = (p.k4 + 15) / 16 * 16, p.n_padded = (n + 31) / 32 * 32;
+  p.data.assign(static_cast<size_t>(p.k4 * p.n_padded * 4), 0);
   p.row_sums.assign(static_cast<size_t>(n), 0);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t kk = 0; kk < k; ++kk) {
       const int8_t v = w[j * k + kk];
-      p.data[static_cast<size_t>(((kk / 4) * p.n16 + j) * 4 + kk % 4)] = v;
+      p.data[static_cast<size_t>(((kk / 4) * p.n_padded + j) * 4 + kk % 4)] = v;
       p.row_sums[j] += v;
     }
   return p;
@@ -85,7 +104,7 @@ namespace detail {
 
 // One output of the epilogue, exactly as int8_gemm.h writes it (the vector paths do the same
 // operations in the same order, so the bits agree).
-inline int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* residual_row) {
+int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* residual_row) {
   const int32_t s = sum + (e.correction ? e.correction[j] : 0);
   float f = std::fma(static_cast<float>(s), e.multiplier[j], e.offset[j]);
   if (e.residual) {
@@ -103,16 +122,16 @@ inline int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* 
 
 void gemm_rows_generic(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
                        int64_t ldo, int64_t row0) {
-  int32_t* sums = scratch<int32_t>(kSlotSums, w.n16);
-  const int64_t quad_stride = w.n16 * 4, segments = w.k4 / a.segment_quads;
+  int32_t* sums = scratch<int32_t>(kSlotSums, w.n_padded);
+  const int64_t quad_stride = w.n_padded * 4, segments = w.k4 / a.segment_quads;
   for (int64_t r = 0; r < rows; ++r) {
-    std::fill(sums, sums + w.n16, 0);
+    std::fill(sums, sums + w.n_padded, 0);
     for (int64_t seg = 0; seg < segments; ++seg) {
       const uint8_t* ar = a.row[r] + seg * a.segment_stride;
       for (int64_t qq = 0; qq < a.segment_quads; ++qq) {
         const int32_t a0 = ar[4 * qq], a1 = ar[4 * qq + 1], a2 = ar[4 * qq + 2], a3 = ar[4 * qq + 3];
         const int8_t* b = w.data.data() + (seg * a.segment_quads + qq) * quad_stride;
-        for (int64_t j = 0; j < w.n16; ++j)
+        for (int64_t j = 0; j < w.n_padded; ++j)
           sums[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
       }
     }
@@ -138,7 +157,12 @@ namespace {
 
 void gemm_rows(Int8Path path, const detail::RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep,
                void* out, int64_t ldo, int64_t row0) {
-  if (path == Int8Path::Avx512Vnni)
+  // The tile paths read A as 32-row blocks of rows 4 * k4 bytes apart (the callers lay it out so).
+  if (path == Int8Path::AmxEmulated)
+    detail::gemm_rows_amx_emulated(a.row[0], rows, 4 * w.k4, w, ep, out, ldo, row0);
+  else if (path == Int8Path::Amx)
+    detail::gemm_rows_amx(a.row[0], rows, 4 * w.k4, w, ep, out, ldo, row0);
+  else if (path == Int8Path::Avx512Vnni)
     detail::gemm_rows_avx512_vnni(a, rows, w, ep, out, ldo, row0);
   else
     detail::gemm_rows_generic(a, rows, w, ep, out, ldo, row0);
@@ -146,31 +170,39 @@ void gemm_rows(Int8Path path, const detail::RowSource& a, int64_t rows, const Pa
 
 size_t out_elem_bytes(const Requant* ep) { return ep ? 1 : sizeof(int32_t); }
 
-void check_path(Int8Path path) {
-  ENGINE_CHECK(path == Int8Path::Generic || vnni_available(),
-               "the " << int8_path_name(path) << " INT8 kernels asked for on a CPU (or ENGINE_CPU_ISA) without them");
+void check_path(Int8Path path, const PackedWeights& w) {
+  const bool runs = path == Int8Path::Generic || path == Int8Path::AmxEmulated ||
+                    (path == Int8Path::Avx512Vnni && vnni_available()) || (path == Int8Path::Amx && amx_int8_available());
+  ENGINE_CHECK(runs, "the " << int8_path_name(path) << " INT8 kernels asked for on a CPU (or ENGINE_CPU_ISA) without them");
+  ENGINE_CHECK(w.tiles == tile_path(path), "INT8 weights packed for " << (w.tiles ? "the tile paths" : "the vector paths")
+                                                                      << ", used on " << int8_path_name(path));
 }
+
+// Rows for the tile paths: whole 32-row blocks.
+int64_t tile_rows_of(int64_t m) { return (m + 31) / 32 * 32; }
 
 }  // namespace
 
 void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
                const Requant* ep, void* out, int64_t ldo) {
-  check_path(path);
+  check_path(path, w);
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk, padded = 4 * w.k4;
   // Rows shorter than the packed K are copied into zero-padded ones (the linear layers whose
-  // inputs are not a multiple of 4 bytes).
-  const bool copy = lda < padded || w.k % 4 != 0;
+  // inputs are not a multiple of 4 bytes, and every input of the tile paths: whole tiles).
+  const bool tiles = tile_path(path), copy = tiles || lda < padded || w.k % 4 != 0;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t m0 = c * kRowChunk, m = std::min(kRowChunk, rows - m0);
     const uint8_t* rows_a = a + m0 * lda;
     int64_t ld = lda;
     if (copy) {
-      uint8_t* buf = scratch<uint8_t>(kSlotPaddedA, m * padded);
+      const int64_t buffer_rows = tiles ? tile_rows_of(m) : m;
+      uint8_t* buf = scratch<uint8_t>(kSlotPaddedA, buffer_rows * padded);
       for (int64_t r = 0; r < m; ++r) {
         std::memcpy(buf + r * padded, a + (m0 + r) * lda, static_cast<size_t>(w.k));
         std::memset(buf + r * padded + w.k, 0, static_cast<size_t>(padded - w.k));
       }
+      std::memset(buf + m * padded, 0, static_cast<size_t>((buffer_rows - m) * padded));
       rows_a = buf, ld = padded;
     }
     const uint8_t* ptr[kRowChunk];
@@ -182,15 +214,17 @@ void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const
 
 void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const ConvGeometry& g,
                  const PackedWeights& w, const Requant* ep, void* out) {
-  check_path(path);
+  check_path(path, w);
   const int64_t oh = g.out_height(), ow = g.out_width(), cin = g.in_channels, k = g.kernel;
   ENGINE_CHECK(oh > 0 && ow > 0 && w.k == k * k * cin,
                "conv2d_u8s8: weights of K " << w.k << " for a " << k << "x" << k << "x" << cin << " window");
   const int64_t rows = g.batch * oh * ow, chunks = (rows + kRowChunk - 1) / kRowChunk;
   // A 1x1 stride-1 convolution reads its input rows as they are; with channels in whole quads
   // each window row is one run of a padded copy; otherwise windows are gathered.
-  const bool direct = k == 1 && g.stride == 1 && g.pad == 0 && cin % 4 == 0;
-  const bool from_padded = !direct && cin % 4 == 0;
+  // The tile paths load A as tiles of rows equally far apart: always gathered.
+  const bool tiles = tile_path(path);
+  const bool direct = !tiles && k == 1 && g.stride == 1 && g.pad == 0 && cin % 4 == 0;
+  const bool from_padded = !tiles && !direct && cin % 4 == 0;
   const int64_t hp = g.height + 2 * g.pad, wp = g.width + 2 * g.pad;
   const uint8_t* xp = x;
   if (from_padded && g.pad > 0) {
@@ -229,7 +263,9 @@ void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const Co
     } else {
       // Gather each output pixel's window (KRSC order, the weights' K order) into one row;
       // positions outside the image take the zero point.
-      uint8_t* gathered = scratch<uint8_t>(kSlotGather, m * padded);
+      const int64_t buffer_rows = tiles ? tile_rows_of(m) : m;
+      uint8_t* gathered = scratch<uint8_t>(kSlotGather, buffer_rows * padded);
+      std::memset(gathered + m * padded, 0, static_cast<size_t>((buffer_rows - m) * padded));
       for (int64_t r = 0; r < m; ++r) {
         const int64_t p = m0 + r, b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
         uint8_t* dst_row = gathered + r * padded;

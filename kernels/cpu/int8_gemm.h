@@ -10,25 +10,31 @@
 
 namespace kernels::cpu::int8 {
 
-// cpu_int8_path() takes AVX512-VNNI where the CPU has it (with AVX512BW/VL) and ENGINE_CPU_ISA
-// is not capped below avx512, the portable loops otherwise; ENGINE_INT8_PATH=generic|avx512_vnni
-// picks one. AMX-INT8 (TDPBUSD) and AVX-VNNI (the 256-bit VEX form) are not written yet: their
-// CPUs take AVX512-VNNI where they have it, the portable loops otherwise.
-enum class Int8Path { Generic, Avx512Vnni };
+// cpu_int8_path() takes AMX-INT8 (TDPBUSD on 16 x 64-byte tiles) where cpu_isa() is Amx (the
+// tile permission granted) and the CPU has AMX-INT8; else AVX512-VNNI where the CPU has it (with
+// AVX512BW/VL) and ENGINE_CPU_ISA is not capped below avx512; else the portable loops.
+// ENGINE_INT8_PATH=generic|avx512_vnni|amx_emulated|amx picks one. AmxEmulated runs the tile
+// driver on amx::EmulatedTiles (amx_tiles.h) on any CPU, so its packing and tails are tested
+// everywhere; slow, it is for tests. AVX-VNNI (the 256-bit VEX form) is not written: its CPUs
+// take the portable loops.
+enum class Int8Path { Generic, Avx512Vnni, AmxEmulated, Amx };
 Int8Path cpu_int8_path();
 const char* int8_path_name(Int8Path p);
 // Every path this CPU can run (Generic first): what the bit-exactness tests compare.
 std::vector<Int8Path> int8_paths_available();
 
 // Weights W [n][k] (a conv's KRSC rows) packed as the dot-product instructions read them:
-// groups of 4 consecutive k of 16 consecutive outputs make one 64-byte row, [k4][n16][4],
-// zero-padded to k4 = ceil(k / 4) quads and n16 = n rounded up to 16 outputs.
+// groups of 4 consecutive k of consecutive outputs, [k4][n_padded][4] (one 64-byte row holds a
+// quad of 16 outputs: VPDPBUSD's vector, TDPBUSD's B tile row), zero-padded to k4 = ceil(k / 4)
+// quads and n_padded = n rounded up to 16; for the tile paths to whole tiles, k4 a multiple of
+// 16 (64 K per tile) and n_padded of 32 (two B tiles).
 struct PackedWeights {
-  int64_t n = 0, k = 0, k4 = 0, n16 = 0;
+  int64_t n = 0, k = 0, k4 = 0, n_padded = 0;
+  bool tiles = false;  // the tile paths' padding
   std::vector<int8_t> data;
   std::vector<int32_t> row_sums;  // sum over k of W[j][k]: the zero-point correction's factor
 };
-PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k);
+PackedWeights pack_weights(const int8_t* w, int64_t n, int64_t k, Int8Path path);
 
 // The epilogue, per output element (row m, channel j), all in the order written:
 //   s = sum + correction[j]                                   (int32, exact)
@@ -87,6 +93,18 @@ void gemm_rows_generic(const RowSource& a, int64_t rows, const PackedWeights& w,
 void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
                            int64_t ldo, int64_t row0);
 bool avx512_vnni_compiled();
+// The tile paths (int8_amx.cpp, int8_amx_hw.cpp): rows of A `lda` bytes apart (lda = 4 * k4),
+// readable up to `rows` rounded up to 32.
+void gemm_rows_amx_emulated(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,
+                            void* out, int64_t ldo, int64_t row0);
+void gemm_rows_amx(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep, void* out,
+                   int64_t ldo, int64_t row0);
+bool amx_int8_compiled();
+// The epilogue on `count` consecutive outputs from their sums (AVX-512; int8_vnni.cpp), and its
+// scalar definition (int8_gemm.cpp): the same bits.
+void requantize_row_avx512(const int32_t* sums, int64_t j0, int64_t count, const Requant& ep, void* out_row,
+                           const uint8_t* res_row);
+int32_t requantize(int32_t sum, int64_t j, const Requant& e, const void* residual_row);
 }  // namespace detail
 
 }  // namespace kernels::cpu::int8

@@ -113,7 +113,7 @@ template <class V, int MR, int NV>
 void tile(const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out, int64_t ldo,
           int64_t row0) {
   typename V::I acc[kMaxRows][kMaxVectors];
-  dot_tile<V, MR, NV>(a, w.data.data() + j0 * 4, w.k4, w.n16 * 4, acc);
+  dot_tile<V, MR, NV>(a, w.data.data() + j0 * 4, w.k4, w.n_padded * 4, acc);
   const size_t elem = ep ? 1 : sizeof(int32_t);
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
@@ -199,9 +199,21 @@ void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights
   gemm_rows<Zmm>(a, rows, w, ep, out, ldo, row0);
 }
 
+void requantize_row_avx512(const int32_t* sums, int64_t j0, int64_t count, const Requant& ep, void* out_row,
+                           const uint8_t* res_row) {
+  for (int64_t c = 0; c < count; c += 16) {
+    const int64_t left = count - c;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    store_lanes<Zmm>(_mm512_maskz_loadu_epi32(mask, sums + c), j0 + c, mask, &ep, out_row, res_row);
+  }
+}
+
 #else
 
 bool avx512_vnni_compiled() { return false; }
+void requantize_row_avx512(const int32_t*, int64_t, int64_t, const Requant&, void*, const uint8_t*) {
+  ENGINE_FAIL("the AVX512-VNNI INT8 kernels were not compiled in (GCC 10 or later builds them)");
+}
 void gemm_rows_avx512_vnni(const RowSource&, int64_t, const PackedWeights&, const Requant*, void*, int64_t, int64_t) {
   ENGINE_FAIL("the AVX512-VNNI INT8 kernels were not compiled in (GCC 10 or later builds them)");
 }

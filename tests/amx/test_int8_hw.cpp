@@ -1,17 +1,26 @@
-// The INT8 kernels on this CPU's dot-product unit (AVX512-VNNI): every convolution and product case of tests/int8_cases.h against the plain integer
-// loops, bit for bit. main exits 77 (skipped, with the reason) where the CPU, or
-// ENGINE_CPU_ISA, gives no VNNI path.
+// The INT8 kernels on this CPU's dot-product units (AVX512-VNNI, and AMX-INT8 where granted):
+// every convolution and product case of tests/int8_cases.h against the plain integer loops, bit
+// for bit. main exits 77 (skipped, with the reason) where the CPU, or ENGINE_CPU_ISA, gives
+// neither.
 #define CATCH_CONFIG_RUNNER
 #include <cstdio>
+#include <vector>
 
 #include "../int8_cases.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace k8 = kernels::cpu::int8;
 
+static std::vector<k8::Int8Path> hardware_paths() {
+  std::vector<k8::Int8Path> out;
+  for (k8::Int8Path p : k8::int8_paths_available())
+    if (p == k8::Int8Path::Avx512Vnni || p == k8::Int8Path::Amx) out.push_back(p);
+  return out;
+}
+
 int main(int argc, char** argv) {
-  if (k8::int8_paths_available().size() < 2) {
-    std::printf("SKIPPED: the INT8 hardware tests need AVX512-VNNI (with AVX512BW/VL) in use: %s\n",
+  if (hardware_paths().empty()) {
+    std::printf("SKIPPED: the INT8 hardware tests need AVX512-VNNI (with AVX512BW/VL) or AMX-INT8 in use: %s\n",
                 kernels::cpu::cpu_isa_report().c_str());
     return 77;
   }
@@ -19,7 +28,10 @@ int main(int argc, char** argv) {
   return Catch::Session().run(argc, argv);
 }
 
-TEST_CASE("int8 kernels on AVX512-VNNI: convolutions and products against plain integer loops", "[int8_hw]") {
-  int8_cases::check_conv(k8::Int8Path::Avx512Vnni);
-  int8_cases::check_gemm(k8::Int8Path::Avx512Vnni);
+TEST_CASE("int8 kernels on the hardware (AVX512-VNNI, AMX-INT8): against plain integer loops", "[int8_hw]") {
+  for (k8::Int8Path path : hardware_paths()) {
+    WARN("INT8 path " << k8::int8_path_name(path));
+    int8_cases::check_conv(path);
+    int8_cases::check_gemm(path);
+  }
 }
