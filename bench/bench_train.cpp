@@ -219,6 +219,21 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
   return r;
 }
 
+// How far r's logits are from `ref`'s on the same batch of b images: the largest difference and
+// the share of images with the same top class.
+void compare_logits(InferenceResult& r, const std::vector<double>& ref, int64_t b) {
+  const int64_t k = static_cast<int64_t>(ref.size()) / b;
+  int64_t same = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    auto top = [&](const std::vector<double>& z) {
+      return std::max_element(z.begin() + i * k, z.begin() + (i + 1) * k) - (z.begin() + i * k);
+    };
+    same += top(ref) == top(r.logits);
+  }
+  for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
+  r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
+}
+
 // The same on the INT8 path: FP32 weights (batch-norms trained-like, then folded) quantized.
 InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, int64_t* weight_bytes,
                            int64_t* resident_bytes) {
@@ -274,19 +289,7 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       for (bool fold : {false, true}) {
         InferenceResult r = bench_inference(m, dt, b, s, device, fold);
         if (fold && r.folded_pairs == 0) break;  // nothing to fold in this model
-        if (fold) {  // against the unfolded run of the same dtype, same weights and batch
-          const auto& ref = by.at({dt, false}).logits;
-          const int64_t k = static_cast<int64_t>(ref.size()) / b;
-          int64_t same = 0;
-          for (int64_t i = 0; i < b; ++i) {
-            auto top = [&](const std::vector<double>& z) {
-              return std::max_element(z.begin() + i * k, z.begin() + (i + 1) * k) - (z.begin() + i * k);
-            };
-            same += top(ref) == top(r.logits);
-          }
-          for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
-          r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
-        }
+        if (fold) compare_logits(r, by.at({dt, false}).logits, b);  // vs unfolded: same dtype, weights, batch
         const auto& at = r.mem.at_total_peak;
         std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f", r.model.c_str(), r.precision.c_str(),
                     fold ? "yes" : "no", static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak),
@@ -305,17 +308,7 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       // per-channel terms live in std::vectors: added to the peak here.
       const int64_t in_allocator = r.mem.at_total_peak[static_cast<int>(engine::MemKind::Weights)];
       const int64_t packed = std::max<int64_t>(0, resident - in_allocator);
-      const auto& ref = by.at({DType::F32, false}).logits;
-      const int64_t k = static_cast<int64_t>(ref.size()) / b;
-      int64_t same = 0;
-      for (int64_t i = 0; i < b; ++i) {
-        auto top = [&](const std::vector<double>& z) {
-          return std::max_element(z.begin() + i * k, z.begin() + (i + 1) * k) - (z.begin() + i * k);
-        };
-        same += top(ref) == top(r.logits);
-      }
-      for (size_t i = 0; i < ref.size(); ++i) r.max_logit_change = std::max(r.max_logit_change, std::fabs(ref[i] - r.logits[i]));
-      r.top1_agreement = static_cast<double>(same) / static_cast<double>(b);
+      compare_logits(r, by.at({DType::F32, false}).logits, b);
       std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f %14.3g %7.1f%%\n", r.model.c_str(), "int8", "yes",
                   static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak + packed), mb(weight_bytes),
                   mb(r.mem.at_total_peak[static_cast<int>(engine::MemKind::Activations)]), r.max_logit_change,
