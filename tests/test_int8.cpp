@@ -3,6 +3,7 @@
 // CPU has), the quantized networks against FP32 layer by layer within bounds derived from the
 // scales, and the file: identical calibrations give identical bytes, a damaged file is refused.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -134,7 +135,8 @@ TEST_CASE("TDPBUSD emulated: each product as the SDM's definition, int32 sums wr
   for (auto& row : b)
     for (auto& v : row) v = static_cast<uint8_t>(rng.next());
   for (auto& row : c)
-    for (auto& v : row) v = static_cast<int32_t>(rng.next()) * 1000;  // near the int32 edges: wraps
+    for (auto& v : row)  // near the int32 edges, so that adding the products wraps
+      v = rng.next() % 2 ? INT32_MAX - rng.between(0, 100000) : INT32_MIN + rng.between(0, 100000);
   t.load<0>(c, 64);
   t.load<4>(a, 64);
   t.load<6>(b, 64);
