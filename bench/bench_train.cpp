@@ -181,6 +181,27 @@ void trained_like_batch_norms(engine::Module& model) {
   model.refresh_compute_copies();
 }
 
+// One warm-up call (algorithm choices, caches; its logits kept in r), then `steps` timed calls of
+// forward(): the median's ms and images/s (r.batch images a call), and the timed calls' peak memory.
+template <class Forward>
+void time_forward(InferenceResult& r, int steps, engine::Device device, Forward forward) {
+  auto& alloc = engine::allocator_for(device);
+  r.logits = forward().to_vector();
+  alloc.reset_peak();
+  std::vector<double> times;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor z = forward();
+    if (device.is_cuda()) (void)z.slice0(0, 1).to_vector();  // wait for the device
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  r.ms = median * 1e3;
+  r.images_per_s = static_cast<double>(r.batch) / median;
+  r.mem = alloc.stats();
+}
+
 // Evaluation forward passes on one device-resident batch; fold: BN folded into the convs first.
 InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device,
                                 bool fold) {
@@ -201,21 +222,7 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
   const Tensor x = engine::cast(engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32), dt).to(device);
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dt);
-  auto& alloc = engine::allocator_for(device);
-  r.logits = (*model)(x).to_vector();  // warm-up (algorithm choices, caches), and the logits
-  alloc.reset_peak();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Tensor z = (*model)(x);
-    if (device.is_cuda()) (void)z.slice0(0, 1).to_vector();  // wait for the device
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2];
-  r.ms = median * 1e3;
-  r.images_per_s = static_cast<double>(batch) / median;
-  r.mem = alloc.stats();
+  time_forward(r, steps, device, [&] { return (*model)(x); });
   return r;
 }
 
@@ -256,20 +263,7 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
   r.folded = true;
   engine::manual_seed(2);
   const Tensor x = engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32);
-  auto& alloc = engine::allocator_for(engine::Device::cpu());
-  r.logits = q.forward_int8(x).to_vector();  // warm-up, and the logits
-  alloc.reset_peak();
-  std::vector<double> times;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Tensor z = q.forward_int8(x);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2];
-  r.ms = median * 1e3;
-  r.images_per_s = static_cast<double>(batch) / median;
-  r.mem = alloc.stats();
+  time_forward(r, steps, engine::Device::cpu(), [&] { return q.forward_int8(x); });
   return r;
 }
 

@@ -13,8 +13,6 @@ torch_python="${TORCH_PYTHON:-python3}"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fails=0
 skips=0
-pass() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; fails=$((fails + 1)); }
 # run_check NAME CMD...: a python check; exit 77 means skipped (said, not failed).
 run_check() {
   local name="$1" out rc
@@ -24,18 +22,7 @@ run_check() {
   echo "$out" | sed 's/^/  /'
   if [ $rc = 0 ]; then pass "$name"; elif [ $rc = 77 ]; then echo "skipped: $name"; skips=$((skips + 1)); else fail "$name"; fi
 }
-# expect CODE PATTERN -- CMD...: exit code and a stderr line matching PATTERN.
-expect() {
-  local code="$1" pattern="$2" err rc
-  shift 3
-  err=$("$@" 2>&1 >/dev/null)
-  rc=$?
-  if [ "$rc" = "$code" ] && grep -q -- "$pattern" <<<"$err" && [ "$(wc -l <<<"$err")" -le 2 ]; then
-    pass "$(basename "$1") ${*:2} -> exit $rc"
-  else
-    fail "$(basename "$1") ${*:2} -> exit $rc (want $code, /$pattern/), stderr: $err"
-  fi
-}
+source "$src/tests/cli_checks.sh"  # pass, fail, expect
 
 python3 "$check" make-data data || { echo "FAILED: make-data"; exit 1; }
 trainer="$build/trainer"

@@ -12,20 +12,7 @@ cifar="${3:-synthetic}"
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fails=0
-pass() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; fails=$((fails + 1)); }
-# expect CODE PATTERN -- CMD...: exit code and a stderr line matching PATTERN (plus --help's hint).
-expect() {
-  local code="$1" pattern="$2" err rc
-  shift 3
-  err=$("$@" 2>&1 >/dev/null)
-  rc=$?
-  if [ "$rc" = "$code" ] && grep -q -- "$pattern" <<<"$err" && [ "$(wc -l <<<"$err")" -le 2 ]; then
-    pass "$(basename "$1") ${*:2} -> exit $rc"
-  else
-    fail "$(basename "$1") ${*:2} -> exit $rc (want $code, /$pattern/), stderr: $err"
-  fi
-}
+source "$src/tests/cli_checks.sh"  # pass, fail, expect
 
 if [ "$cifar" = synthetic ]; then
   # 300 training and 100 test PNGs in class folders: one image is a whole point, so the bound
