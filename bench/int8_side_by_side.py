@@ -78,6 +78,9 @@ def main(argv=None):
         from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     except ImportError as e:
         sys.exit(f"error: PyTorch with torch.ao.quantization is needed for its side ({e})")
+    import warnings  # torch.ao's deprecation notices, once per call: the API is the yardstick
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     import pytorch_models
     from pytorch_eval import load_weights
     from pytorch_reference import load_engine_cache

@@ -38,6 +38,9 @@ struct Int8Step {
   std::vector<int8_t> qweight;
   std::vector<float> weight_scale;
   kernels::cpu::int8::PackedWeights packed;
+  // Convolutions: the input channels the kernels see, rounded up to whole quads (3 -> 4) so
+  // windows are read from the padded input, not gathered; the added ones have zero weights.
+  int64_t kernel_channels = 0;
   std::vector<int32_t> correction;
   std::vector<float> multiplier, offset;
   int64_t pool_kernel = 0, pool_stride = 0, pool_pad = 0;  // MaxPool

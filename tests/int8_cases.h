@@ -86,6 +86,9 @@ inline const std::vector<ConvCase>& conv_cases() {
       {1, 3, 5, 64, 129, 3, 1, 1}, {2, 10, 6, 8, 16, 5, 2, 2},  {1, 13, 13, 3, 1, 3, 1, 0},
       {4, 5, 5, 12, 200, 1, 1, 0}, {1, 9, 9, 8, 20, 3, 2, 0},    {2, 8, 8, 4, 16, 2, 2, 0},
       {1, 10, 10, 12, 40, 3, 3, 1}, {2, 7, 9, 16, 48, 3, 1, 1},
+      // The first convolution as Int8Net feeds it (3 channels padded to 4, 16 outputs): the
+      // padded-input route in 24-row tiles of one vector.
+      {2, 12, 11, 4, 16, 3, 1, 1},
   };
   return cases;
 }

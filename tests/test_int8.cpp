@@ -244,11 +244,12 @@ TEST_CASE("int8 networks: the steps match the model in FP32; each INT8 layer wit
       diff = std::max(diff, std::fabs(model_out[i] - steps_out[i]));
     }
     CHECK(diff <= 1e-5 * top);
-    // The policy: first convolution and the logits' layer in FP32, the rest INT8.
+    // The policy: the logits' layer in FP32, the rest (the 3-channel first convolution too) INT8.
     int int8_layers = 0, fp32_layers = 0;
     for (const auto& s : q.steps())
       if (s.kind == models::Int8Step::Conv || s.kind == models::Int8Step::Linear) (s.int8 ? int8_layers : fp32_layers)++;
-    CHECK(fp32_layers == 2);
+    CHECK(fp32_layers == 1);
+    CHECK(!q.steps().back().int8);
     CHECK(int8_layers >= 2);
     q.calibrate({x}, engine::CalibrationMethod::MinMax);
     std::vector<Tensor> v;
@@ -263,6 +264,49 @@ TEST_CASE("int8 networks: the steps match the model in FP32; each INT8 layer wit
     CHECK(checked == int8_layers);
     REQUIRE(logits.numel() == 30);
   }
+}
+
+TEST_CASE("int8 networks: the first convolution's channels padded to a quad give the gathered 3-channel bits",
+          "[int8]") {
+  // Int8Net feeds the 3-channel image to the kernels as 4 channels (the zero point, against
+  // zero weights) so windows come from the padded input. The plain route on the 3 channels as
+  // they are, with the unpadded weights, must give the same bytes.
+  engine::manual_seed(6);
+  auto net = models::make_model("simplecnn");
+  net->eval();
+  engine::fold_batch_norm(*net, DType::F32);
+  models::Int8Net q = models::Int8Net::from_model(*net, "simplecnn");
+  const Tensor x = random_images(3);
+  q.calibrate({x}, engine::CalibrationMethod::Percentile);
+  std::vector<Tensor> v;
+  q.forward_int8(x, &v);
+  const models::Int8Step& s = q.steps().front();
+  REQUIRE(s.kind == models::Int8Step::Conv);
+  REQUIRE(s.int8);
+  REQUIRE(s.in_channels == 3);
+  CHECK(s.kernel_channels == 4);
+  // The codes back from the dequantized values (scale * (q - zp): exact to far below half a step).
+  auto codes = [&](int value) {
+    const Tensor& f = v[static_cast<size_t>(value)];
+    std::vector<uint8_t> c(static_cast<size_t>(f.numel()));
+    engine::quantize(f.data<float>(), f.numel(), q.values()[static_cast<size_t>(value)].quant, c.data());
+    return c;
+  };
+  const ActivationQuant& in_q = q.values()[static_cast<size_t>(s.in)].quant;
+  REQUIRE(in_q.is_signed);  // the normalised image: int8, fed to the kernels shifted by 128
+  std::vector<uint8_t> image = codes(s.in);
+  for (auto& b : image) b ^= 0x80;
+  const ActivationQuant& out_q = q.values()[static_cast<size_t>(s.out)].quant;
+  k8::Requant ep;
+  ep.correction = s.correction.data(), ep.multiplier = s.multiplier.data(), ep.offset = s.offset.data();
+  ep.relu = s.relu, ep.out_signed = out_q.is_signed, ep.zero_point = out_q.zero_point;
+  k8::ConvGeometry g;
+  g.batch = 3, g.height = 32, g.width = 32, g.in_channels = 3, g.kernel = s.kernel, g.stride = s.stride, g.pad = s.pad;
+  const k8::PackedWeights plain = k8::pack_weights(s.qweight.data(), s.out_channels, s.kernel * s.kernel * 3,
+                                                   k8::Int8Path::Generic);
+  std::vector<uint8_t> want(static_cast<size_t>(3 * g.out_height() * g.out_width() * s.out_channels));
+  k8::conv2d_u8s8(k8::Int8Path::Generic, image.data(), 128, g, plain, &ep, want.data());
+  CHECK(codes(s.out) == want);
 }
 
 namespace {

@@ -1,10 +1,11 @@
 // The INT8 product on AVX512-VNNI (VPDPBUSD: each int32 lane adds four u8 x s8 products):
-// tiles of up to 6 rows x 64 outputs (12 x 32 for narrow layers) in 24 accumulators, the
+// tiles of up to 6 rows x 64 outputs (12 x 32 or 24 x 16 for narrow layers) in 24 accumulators, the
 // epilogue of int8_gemm.h in vector form. This file alone is compiled for AVX512-VNNI; called only after
 // cpu_int8_path() found it.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 // Every header before the target pragma, so no inline code shared with the rest of the engine
 // is first compiled here for AVX512-VNNI (as tiles_avx512_bf16.cpp does).
@@ -52,21 +53,21 @@ struct Zmm {
   static void store_bytes(uint8_t* p, Mask m, I v) { _mm512_mask_cvtepi32_storeu_epi8(p, m, v); }
 };
 
-// Tiles of up to 6 rows x 4 vectors (64 outputs), or 12 rows x 2 vectors for narrow layers:
-// 24 accumulators, the weight vectors and one broadcast in the 32 registers.
-constexpr int kMaxRows = 12, kMaxVectors = 4;
+// Tiles of up to 6 rows x 4 vectors (64 outputs), 12 rows x 2 vectors or 24 rows x 1 for
+// narrow layers: 24 accumulators, the weight vectors and one broadcast in the 32 registers.
+constexpr int kMaxRows = 24, kMaxVectors = 4;
 
 // The loops over rows and vectors are unrolled (compile-time bounds) so the accumulators stay
 // in registers; left rolled, GCC keeps the array in memory and stores it every step.
 template <class V, int MR, int NV>
 void dot_tile(const RowSource& a, const int8_t* b, int64_t k4, int64_t quad_stride,
               typename V::I (&acc)[kMaxRows][kMaxVectors]) {
-#pragma GCC unroll 12
+#pragma GCC unroll 24
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = V::zero();
   const uint8_t* row[MR];
-#pragma GCC unroll 12
+#pragma GCC unroll 24
   for (int r = 0; r < MR; ++r) row[r] = a.row[r];
   const int64_t segments = k4 / a.segment_quads;
   for (int64_t seg = 0; seg < segments; ++seg) {
@@ -76,7 +77,7 @@ void dot_tile(const RowSource& a, const int8_t* b, int64_t k4, int64_t quad_stri
       typename V::I bv[NV];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) bv[v] = V::load(bs + q * quad_stride + v * 4 * V::kLanes);
-#pragma GCC unroll 12
+#pragma GCC unroll 24
       for (int r = 0; r < MR; ++r) {
         int32_t four;
         std::memcpy(&four, row[r] + offset + 4 * q, 4);
@@ -115,7 +116,7 @@ void tile(const RowSource& a, const PackedWeights& w, int64_t j0, const Requant*
   typename V::I acc[kMaxRows][kMaxVectors];
   dot_tile<V, MR, NV>(a, w.data.data() + j0 * 4, w.k4, w.n_padded * 4, acc);
   const size_t elem = ep ? 1 : sizeof(int32_t);
-#pragma GCC unroll 12
+#pragma GCC unroll 24
   for (int r = 0; r < MR; ++r) {
     void* out_row = static_cast<uint8_t*>(out) + r * ldo * elem;
     const uint8_t* res_row = ep && ep->residual ? static_cast<const uint8_t*>(ep->residual) + (row0 + r) * ldo : nullptr;
@@ -128,24 +129,13 @@ void tile(const RowSource& a, const PackedWeights& w, int64_t j0, const Requant*
   }
 }
 
-template <class V, int MR>
-void tile_wide(int nv, const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out,
-               int64_t ldo, int64_t row0) {
-  switch (nv) {
-    case 1: tile<V, MR, 1>(a, w, j0, ep, out, ldo, row0); break;
-    case 2: tile<V, MR, 2>(a, w, j0, ep, out, ldo, row0); break;
-    case 3: tile<V, MR, 3>(a, w, j0, ep, out, ldo, row0); break;
-    default: tile<V, MR, 4>(a, w, j0, ep, out, ldo, row0); break;
-  }
-}
-
-template <class V, int MR>
-void tile_narrow(int nv, const RowSource& a, const PackedWeights& w, int64_t j0, const Requant* ep, void* out,
-                 int64_t ldo, int64_t row0) {
-  if (nv == 1)
-    tile<V, MR, 1>(a, w, j0, ep, out, ldo, row0);
-  else
-    tile<V, MR, 2>(a, w, j0, ep, out, ldo, row0);
+// Calls f with std::integral_constant<int, mr> for 1 <= mr <= MR: the tile's rows as a
+// compile-time count, so its loops unroll.
+template <int MR, class F>
+void with_rows(int mr, F&& f) {
+  if constexpr (MR > 1)
+    if (mr < MR) return with_rows<MR - 1>(mr, f);
+  f(std::integral_constant<int, MR>{});
 }
 
 template <class V>
@@ -155,36 +145,22 @@ void gemm_rows(const RowSource& a, int64_t rows, const PackedWeights& w, const R
   constexpr int64_t kBlock = V::kLanes * kMaxVectors;
   for (int64_t j0 = 0; j0 < w.n; j0 += kBlock) {
     const int nv = static_cast<int>(std::min<int64_t>(kMaxVectors, (w.n - j0 + V::kLanes - 1) / V::kLanes));
-    const int64_t tile_rows = nv <= 2 ? 12 : 6;
+    // 24 accumulators: rows x vectors = 24 x 1, 12 x 2, 6 x 3 or 6 x 4.
+    const int64_t tile_rows = nv == 1 ? 24 : nv == 2 ? 12 : 6;
     for (int64_t r = 0; r < rows; r += tile_rows) {
       const int mr = static_cast<int>(std::min<int64_t>(tile_rows, rows - r));
       RowSource at = a;
       at.row = a.row + r;
       void* o = static_cast<uint8_t*>(out) + r * ldo * elem;
-      if (nv <= 2) {
-        switch (mr) {
-          case 1: tile_narrow<V, 1>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 2: tile_narrow<V, 2>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 3: tile_narrow<V, 3>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 4: tile_narrow<V, 4>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 5: tile_narrow<V, 5>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 6: tile_narrow<V, 6>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 7: tile_narrow<V, 7>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 8: tile_narrow<V, 8>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 9: tile_narrow<V, 9>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 10: tile_narrow<V, 10>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          case 11: tile_narrow<V, 11>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-          default: tile_narrow<V, 12>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        }
-        continue;
-      }
-      switch (mr) {
-        case 1: tile_wide<V, 1>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        case 2: tile_wide<V, 2>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        case 3: tile_wide<V, 3>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        case 4: tile_wide<V, 4>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        case 5: tile_wide<V, 5>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
-        default: tile_wide<V, 6>(nv, at, w, j0, ep, o, ldo, row0 + r); break;
+      auto run = [&](auto rows_c, auto vectors_c) {
+        tile<V, decltype(rows_c)::value, decltype(vectors_c)::value>(at, w, j0, ep, o, ldo, row0 + r);
+      };
+      using std::integral_constant;
+      switch (nv) {
+        case 1: with_rows<24>(mr, [&](auto m) { run(m, integral_constant<int, 1>{}); }); break;
+        case 2: with_rows<12>(mr, [&](auto m) { run(m, integral_constant<int, 2>{}); }); break;
+        case 3: with_rows<6>(mr, [&](auto m) { run(m, integral_constant<int, 3>{}); }); break;
+        default: with_rows<6>(mr, [&](auto m) { run(m, integral_constant<int, 4>{}); }); break;
       }
     }
   }
