@@ -371,6 +371,8 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
   for (size_t i = 0; i < steps_.size(); release_inputs(i), ++i) {
     const Int8Step& s = steps_[i];
     if ((s.kind == Int8Step::Conv || s.kind == Int8Step::Linear) && s.int8) {
+      ENGINE_CHECK(s.kernel_channels >= s.in_channels && s.packed.n == s.out_channels,
+                   "Int8Net::forward_int8 before calibrate or load (layer " << s.name << ")");
       Tensor in = quantized(s.in);
       ENGINE_CHECK(in.dim(in.ndim() - 1) == s.in_channels,
                    "layer " << s.name << " takes " << s.in_channels << " channels, got " << engine::shape_str(in.shape()));
@@ -466,7 +468,9 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
 
 namespace {
 int64_t weight_count(const Int8Step& s) {
-  return s.int8 ? s.packed.n * s.packed.k : s.weight.numel();
+  // As stored: the file keeps the first convolution's 3 channels, not the kernels' 4.
+  return s.int8 ? s.out_channels * (s.kind == Int8Step::Conv ? s.kernel * s.kernel : 1) * s.in_channels
+                : s.weight.numel();
 }
 }  // namespace
 
