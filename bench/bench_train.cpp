@@ -15,6 +15,7 @@
 // FP32, and the largest batch whose peak fits --max-batch-under (from the counted bytes at two
 // batch sizes: activations and workspace grow linearly with the batch, the rest is fixed).
 //   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]
+//               [--rounds N]   (--inference: the configurations timed in N interleaved rounds)
 //   bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]
 #include <algorithm>
 #include <chrono>
@@ -267,72 +268,100 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
   return r;
 }
 
-int run_inference(const std::vector<std::string>& model_names, int64_t batch, int steps, bool quick,
+// The median of xs (not empty).
+double median_of(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
+int run_inference(const std::vector<std::string>& model_names, int64_t batch, int steps, int rounds, bool quick,
                   engine::Device device) {
-  std::printf("Inference (eval mode, forward only); 'fold': batch-norm folded into the convolutions\n");
+  std::printf("Inference (eval mode, forward only); 'fold': batch-norm folded into the convolutions; img/s: the median\n"
+              "of %d rounds, each making and timing every configuration of the model in turn\n", rounds);
   std::printf("%-10s %-5s %-4s %6s %10s %9s %10s %10s %10s %14s %8s\n", "model", "prec", "fold", "batch", "img/s", "ms",
               "peak MiB", "weights", "activ.", "max |dlogit|", "same top1");
   auto mb = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
-  std::vector<InferenceResult> fp32_unfolded;
   std::vector<std::string> ratios;
+  using Key = std::pair<DType, bool>;  // (dtype, folded); INT8 is (I8, true)
   for (const std::string& m : model_names) {
     const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
     const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 50);
-    std::map<std::pair<DType, bool>, InferenceResult> by;
+    const bool int8_covers = device.is_cpu() && (m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50");
+    std::vector<Key> order;
     for (DType dt : {DType::F32, DType::F16, DType::BF16})
-      for (bool fold : {false, true}) {
-        InferenceResult r = bench_inference(m, dt, b, s, device, fold);
-        if (fold && r.folded_pairs == 0) break;  // nothing to fold in this model
-        if (fold) compare_logits(r, by.at({dt, false}).logits, b);  // vs unfolded: same dtype, weights, batch
-        const auto& at = r.mem.at_total_peak;
-        std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f", r.model.c_str(), r.precision.c_str(),
-                    fold ? "yes" : "no", static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak),
-                    mb(at[static_cast<int>(engine::MemKind::Weights)]),
-                    mb(at[static_cast<int>(engine::MemKind::Activations)]));
-        if (fold) std::printf(" %14.3g %7.1f%%", r.max_logit_change, 100 * r.top1_agreement);
-        std::printf("\n");
-        std::fflush(stdout);
-        by[{dt, fold}] = std::move(r);
+      for (bool fold : {false, true}) order.push_back({dt, fold});
+    if (int8_covers) order.push_back({DType::I8, true});
+    // Round 0's results (memory, logits) and every round's images/s. The configurations of a
+    // round run back to back, so a change of the machine's speed (VMs drift by a third between
+    // seconds) reaches them alike; the ratios are the medians of each round's ratios.
+    std::map<Key, InferenceResult> by;
+    std::map<Key, std::vector<double>> speed;
+    std::map<Key, int64_t> weight_bytes, resident;
+    for (int round = 0; round < rounds; ++round)
+      for (const Key& key : order) {
+        if (round > 0 && !by.count(key)) continue;  // a fold with nothing to fold
+        InferenceResult r;
+        if (key.first == DType::I8)
+          r = bench_int8(m, b, s, &weight_bytes[key], &resident[key]);
+        else
+          r = bench_inference(m, key.first, b, s, device, key.second);
+        speed[key].push_back(r.images_per_s);
+        if (round > 0) continue;
+        if (key.second && key.first != DType::I8 && r.folded_pairs == 0) continue;  // nothing to fold in this model
+        if (key.first == DType::I8)
+          compare_logits(r, by.at({DType::F32, false}).logits, b);
+        else if (key.second)
+          compare_logits(r, by.at({key.first, false}).logits, b);  // vs unfolded: same dtype, weights, batch
+        by[key] = std::move(r);
       }
-    const bool int8_covers = m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50";
-    if (device.is_cpu() && int8_covers) {
-      int64_t weight_bytes = 0, resident = 0;
-      InferenceResult r = bench_int8(m, b, s, &weight_bytes, &resident);
+    for (const Key& key : order) {
+      if (!by.count(key)) continue;
+      InferenceResult& r = by.at(key);
+      r.images_per_s = median_of(speed.at(key));
+      r.ms = 1e3 * static_cast<double>(b) / r.images_per_s;
+      const bool int8 = key.first == DType::I8;
       // The allocator counts the FP32 layers and the biases; the packed INT8 weights and their
       // per-channel terms live in std::vectors: added to the peak here.
       const int64_t in_allocator = r.mem.at_total_peak[static_cast<int>(engine::MemKind::Weights)];
-      const int64_t packed = std::max<int64_t>(0, resident - in_allocator);
-      compare_logits(r, by.at({DType::F32, false}).logits, b);
-      std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f %14.3g %7.1f%%\n", r.model.c_str(), "int8", "yes",
-                  static_cast<long long>(b), r.images_per_s, r.ms, mb(r.mem.total_peak + packed), mb(weight_bytes),
-                  mb(r.mem.at_total_peak[static_cast<int>(engine::MemKind::Activations)]), r.max_logit_change,
-                  100 * r.top1_agreement);
-      std::fflush(stdout);
-      by[{DType::I8, true}] = std::move(r);
+      const int64_t packed = int8 ? std::max<int64_t>(0, resident.at(key) - in_allocator) : 0;
+      const auto& at = r.mem.at_total_peak;
+      std::printf("%-10s %-5s %-4s %6lld %10.0f %9.2f %10.1f %10.1f %10.1f", r.model.c_str(), r.precision.c_str(),
+                  key.second ? "yes" : "no", static_cast<long long>(b), r.images_per_s, r.ms,
+                  mb(r.mem.total_peak + packed),
+                  int8 ? mb(weight_bytes.at(key)) : mb(at[static_cast<int>(engine::MemKind::Weights)]),
+                  mb(at[static_cast<int>(engine::MemKind::Activations)]));
+      if (key.second) std::printf(" %14.3g %7.1f%%", r.max_logit_change, 100 * r.top1_agreement);
+      std::printf("\n");
     }
+    std::fflush(stdout);
+    // Each round's ratio, then their median.
+    auto speed_ratio = [&](const Key& a, const Key& base) {
+      std::vector<double> q;
+      for (size_t i = 0; i < speed.at(a).size(); ++i) q.push_back(speed.at(a)[i] / speed.at(base)[i]);
+      return median_of(q);
+    };
+    const Key f32{DType::F32, false}, f16{DType::F16, false};
     char line[256];
-    const auto &f32 = by.at({DType::F32, false}), &f16 = by.at({DType::F16, false});
     std::snprintf(line, sizeof line, "  %-10s fp16 vs fp32: %.2fx speed, %.2fx peak memory", m.c_str(),
-                  f16.images_per_s / f32.images_per_s, double(f16.mem.total_peak) / double(f32.mem.total_peak));
+                  speed_ratio(f16, f32), double(by.at(f16).mem.total_peak) / double(by.at(f32).mem.total_peak));
     std::string l = line;
     if (by.count({DType::F16, true})) {
-      const auto& f16f = by.at({DType::F16, true});
       std::snprintf(line, sizeof line, "; fp16 folded vs fp32: %.2fx speed, %.2fx peak memory",
-                    f16f.images_per_s / f32.images_per_s, double(f16f.mem.total_peak) / double(f32.mem.total_peak));
+                    speed_ratio({DType::F16, true}, f32),
+                    double(by.at({DType::F16, true}).mem.total_peak) / double(by.at(f32).mem.total_peak));
       l += line;
     }
     if (by.count({DType::I8, true})) {
-      const auto& i8 = by.at({DType::I8, true});
-      std::snprintf(line, sizeof line, "; int8 vs fp32: %.2fx speed", i8.images_per_s / f32.images_per_s);
+      std::snprintf(line, sizeof line, "; int8 vs fp32: %.2fx speed", speed_ratio({DType::I8, true}, f32));
       l += line;
       if (by.count({DType::F32, true})) {
-        std::snprintf(line, sizeof line, " (%.2fx fp32 folded)", i8.images_per_s / by.at({DType::F32, true}).images_per_s);
+        std::snprintf(line, sizeof line, " (%.2fx fp32 folded)", speed_ratio({DType::I8, true}, {DType::F32, true}));
         l += line;
       }
     }
     ratios.push_back(l);
   }
-  std::puts("\nMeasured side by side in this run:");
+  std::printf("\nMeasured side by side in this run (the median of the %d rounds' ratios):\n", rounds);
   for (const auto& l : ratios) std::puts(l.c_str());
   return 0;
 }
@@ -460,7 +489,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
-  int steps = 0;
+  int steps = 0, rounds = -1;  // rounds: -1 when not given
   bool quick = false, inference = false, memory = false, profile = false;
   std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
@@ -476,6 +505,7 @@ int main(int argc, char** argv) {
     else if (a == "--models") model_list = next();
     else if (a == "--batch") batch = std::atoll(next().c_str());
     else if (a == "--steps") steps = std::atoi(next().c_str());
+    else if (a == "--rounds") rounds = std::atoi(next().c_str());
     else if (a == "--json") json = next();
     else if (a == "--quick") quick = true;
     else if (a == "--inference") inference = true;
@@ -488,6 +518,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
                            "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one)\n"
                            "                   [--profile]   (CPU: then ms per step of each kernel, host wall time)\n"
+                           "                   [--rounds N]  (--inference: times each configuration in N interleaved rounds; 5, --quick 1)\n"
                            "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
       return 2;
     }
@@ -498,7 +529,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_train: --json is not written for --inference (the table is the output)\n");
       return 2;
     }
-    if (inference) return run_inference(split(model_list), batch, steps, quick, device);
+    if (rounds == 0 || rounds < -1 || (rounds > 0 && !inference)) {
+      std::fprintf(stderr, "bench_train: --rounds expects a count >= 1, with --inference\n");
+      return 2;
+    }
+    if (inference) return run_inference(split(model_list), batch, steps, rounds > 0 ? rounds : quick ? 1 : 5, quick, device);
     if (memory) {
       std::vector<int64_t> bs;
       for (const std::string& b : split(batches_list)) bs.push_back(std::atoll(b.c_str()));

@@ -45,12 +45,17 @@ else
   cat "$work/profile.log"; fail "bench_train --precisions f32 --profile exited non-zero"
 fi
 "$train" --quick --precisions f64 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --precisions f64 should exit 2"
+"$train" --inference --rounds 0 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --rounds 0 should exit 2"
 
 # Inference: resnet9 has batch-norm, so each dtype gets an unfolded and a folded row.
-if "$train" --inference --models resnet9 --batch 2 --steps 1 > "$work/inference.log" 2>&1; then
+# Two rounds: the rows are still one per configuration, the ratios the rounds' medians.
+if "$train" --inference --models resnet9 --batch 2 --steps 1 --rounds 2 > "$work/inference.log" 2>&1; then
   n=$(grep -cE '^resnet9 +(f32|f16|bf16) +(no|yes) ' "$work/inference.log")
   [ "$n" = 6 ] || { cat "$work/inference.log"; fail "bench_train --inference: $n resnet9 rows, want 6"; }
-  grep -q 'fp16 folded vs fp32' "$work/inference.log" || fail "bench_train --inference: no ratio line"
+  n=$(grep -cE '^resnet9 +int8 +yes ' "$work/inference.log")
+  [ "$n" = 1 ] || { cat "$work/inference.log"; fail "bench_train --inference: $n resnet9 int8 rows, want 1"; }
+  grep -q 'fp16 folded vs fp32.*int8 vs fp32' "$work/inference.log" || fail "bench_train --inference: no ratio line"
+  grep -q 'median of the 2 rounds' "$work/inference.log" || fail "bench_train --inference --rounds 2: not 2 rounds"
 else
   cat "$work/inference.log"; fail "bench_train --inference exited non-zero"
 fi

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/error.h"
 
 
@@ -186,13 +187,16 @@ int64_t tile_rows_of(int64_t m) { return (m + 31) / 32 * 32; }
 void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
                const Requant* ep, void* out, int64_t ldo) {
   check_path(path, w);
-  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk, padded = 4 * w.k4;
+  // Few rows (a linear layer's batch) are split evenly between the threads: 64 rows as 48 + 16
+  // left one thread idle for half the product.
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min(kRowChunk, (rows + max_team_size() - 1) / max_team_size()));
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows, padded = 4 * w.k4;
   // Rows shorter than the packed K are copied into zero-padded ones (the linear layers whose
   // inputs are not a multiple of 4 bytes, and every input of the tile paths: whole tiles).
   const bool tiles = tile_path(path), copy = tiles || lda < padded || w.k % 4 != 0;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t m0 = c * kRowChunk, m = std::min(kRowChunk, rows - m0);
+    const int64_t m0 = c * chunk_rows, m = std::min(chunk_rows, rows - m0);
     const uint8_t* rows_a = a + m0 * lda;
     int64_t ld = lda;
     if (copy) {
@@ -257,11 +261,14 @@ void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const Co
       // The chunk's first pixel by division, the rest by stepping (a division per row cost as
       // much as a 3-channel window's products).
       int64_t b = m0 / (oh * ow), oy = m0 / ow % oh, ox = m0 % ow;
-      for (int64_t r = 0; r < m; ++r) {
-        ptr[r] = xp + ((b * hp + oy * g.stride) * wp + ox * g.stride) * cin;
+      const int64_t step = g.stride * cin;
+      const uint8_t* p = xp + ((b * hp + oy * g.stride) * wp + ox * g.stride) * cin;
+      for (int64_t r = 0; r < m; ++r, p += step) {
+        ptr[r] = p;
         if (++ox == ow) {
           ox = 0;
           if (++oy == oh) oy = 0, ++b;
+          p = xp + (b * hp + oy * g.stride) * wp * cin - step;
         }
       }
       src.segment_quads = k * cin / 4;

@@ -89,25 +89,46 @@ void dot_tile(const RowSource& a, const int8_t* b, int64_t k4, int64_t quad_stri
   }
 }
 
-// kLanes outputs of one row from their sums (lanes past `mask` are not written): the epilogue
-// of int8_gemm.h, operation for operation.
+// The epilogue of int8_gemm.h in vector form, operation for operation. Its per-channel terms
+// (one vector of outputs) and its scalars are loaded once per tile, not per row: read through
+// `ep` after each row's byte store, the compiler must reload them, as a byte store may alias.
 template <class V>
-__attribute__((always_inline)) inline void store_lanes(typename V::I sum, int64_t j, typename V::Mask mask, const Requant* ep, void* out_row,
-                 const uint8_t* res_row) {
-  if (!ep) {
-    V::store_sums(static_cast<int32_t*>(out_row) + j, mask, sum);
-    return;
+struct LaneTerms {
+  typename V::I correction;
+  typename V::F multiplier, offset;
+  typename V::Mask mask;  // lanes past it are neither read nor written
+};
+template <class V>
+LaneTerms<V> lane_terms(const Requant& ep, int64_t j, typename V::Mask mask) {
+  return {ep.correction ? V::load_ints(mask, ep.correction + j) : V::zero(), V::load_floats(mask, ep.multiplier + j),
+          V::load_floats(mask, ep.offset + j), mask};
+}
+template <class V>
+struct EpilogueScalars {
+  float lo, hi, residual_multiplier;
+  int32_t zero_point, residual_zero_point;
+  bool residual_signed;
+  explicit EpilogueScalars(const Requant& ep)
+      : residual_multiplier(ep.residual_multiplier), zero_point(ep.zero_point),
+        residual_zero_point(ep.residual_zero_point), residual_signed(ep.residual_signed) {
+    const float qmin = ep.out_signed ? -128.f : 0.f, qmax = ep.out_signed ? 127.f : 255.f;
+    const float zp = static_cast<float>(ep.zero_point);
+    lo = ep.relu ? 0.f : qmin - zp;
+    hi = qmax - zp;
   }
-  if (ep->correction) sum = V::add(sum, V::load_ints(mask, ep->correction + j));
-  typename V::F f = V::fma(V::to_float(sum), V::load_floats(mask, ep->multiplier + j), V::load_floats(mask, ep->offset + j));
-  if (res_row) {
-    const typename V::I r = V::load_bytes(mask, res_row + j, ep->residual_signed);
-    f = V::fma(V::to_float(V::sub(r, V::set_int(ep->residual_zero_point))), V::set_float(ep->residual_multiplier), f);
+};
+// kLanes outputs of one row from their sums; res_row: the residual's row, or nullptr.
+template <class V>
+__attribute__((always_inline)) inline void requantize_lanes(typename V::I sum, const LaneTerms<V>& t,
+                                                            const EpilogueScalars<V>& e, uint8_t* out,
+                                                            const uint8_t* res) {
+  typename V::F f = V::fma(V::to_float(V::add(sum, t.correction)), t.multiplier, t.offset);
+  if (res) {
+    const typename V::I r = V::load_bytes(t.mask, res, e.residual_signed);
+    f = V::fma(V::to_float(V::sub(r, V::set_int(e.residual_zero_point))), V::set_float(e.residual_multiplier), f);
   }
-  const float qmin = ep->out_signed ? -128.f : 0.f, qmax = ep->out_signed ? 127.f : 255.f;
-  const float zp = static_cast<float>(ep->zero_point);
-  f = V::clamp(f, ep->relu ? 0.f : qmin - zp, qmax - zp);
-  V::store_bytes(static_cast<uint8_t*>(out_row) + j, mask, V::add(V::round(f), V::set_int(ep->zero_point)));
+  f = V::clamp(f, e.lo, e.hi);
+  V::store_bytes(out, t.mask, V::add(V::round(f), V::set_int(e.zero_point)));
 }
 
 template <class V, int MR, int NV>
@@ -115,17 +136,32 @@ void tile(const RowSource& a, const PackedWeights& w, int64_t j0, const Requant*
           int64_t row0) {
   typename V::I acc[kMaxRows][kMaxVectors];
   dot_tile<V, MR, NV>(a, w.data.data() + j0 * 4, w.k4, w.n_padded * 4, acc);
-  const size_t elem = ep ? 1 : sizeof(int32_t);
+  typename V::Mask mask[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = w.n - (j0 + V::kLanes * v);
+    mask[v] = static_cast<typename V::Mask>(left >= V::kLanes ? (1u << V::kLanes) - 1 : (1u << left) - 1);
+  }
+  if (!ep) {  // the sums themselves, int32
+#pragma GCC unroll 24
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) V::store_sums(static_cast<int32_t*>(out) + r * ldo + j0 + V::kLanes * v, mask[v], acc[r][v]);
+    return;
+  }
+  LaneTerms<V> terms[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) terms[v] = lane_terms<V>(*ep, j0 + V::kLanes * v, mask[v]);
+  const EpilogueScalars<V> scalars(*ep);
+  const uint8_t* residual = static_cast<const uint8_t*>(ep->residual);
 #pragma GCC unroll 24
   for (int r = 0; r < MR; ++r) {
-    void* out_row = static_cast<uint8_t*>(out) + r * ldo * elem;
-    const uint8_t* res_row = ep && ep->residual ? static_cast<const uint8_t*>(ep->residual) + (row0 + r) * ldo : nullptr;
+    uint8_t* out_row = static_cast<uint8_t*>(out) + r * ldo + j0;
+    const uint8_t* res_row = residual ? residual + (row0 + r) * ldo + j0 : nullptr;
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const int64_t j = j0 + V::kLanes * v, left = w.n - j;
-      const auto mask = static_cast<typename V::Mask>(left >= V::kLanes ? (1u << V::kLanes) - 1 : (1u << left) - 1);
-      store_lanes<V>(acc[r][v], j, mask, ep, out_row, res_row);
-    }
+    for (int v = 0; v < NV; ++v)
+      requantize_lanes<V>(acc[r][v], terms[v], scalars, out_row + V::kLanes * v,
+                          res_row ? res_row + V::kLanes * v : nullptr);
   }
 }
 
@@ -177,10 +213,12 @@ void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights
 
 void requantize_row_avx512(const int32_t* sums, int64_t j0, int64_t count, const Requant& ep, void* out_row,
                            const uint8_t* res_row) {
+  const EpilogueScalars<Zmm> scalars(ep);
   for (int64_t c = 0; c < count; c += 16) {
     const int64_t left = count - c;
     const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-    store_lanes<Zmm>(_mm512_maskz_loadu_epi32(mask, sums + c), j0 + c, mask, &ep, out_row, res_row);
+    requantize_lanes<Zmm>(_mm512_maskz_loadu_epi32(mask, sums + c), lane_terms<Zmm>(ep, j0 + c, mask), scalars,
+                          static_cast<uint8_t*>(out_row) + j0 + c, res_row ? res_row + j0 + c : nullptr);
   }
 }
 

@@ -24,5 +24,13 @@ inline int64_t team_size() {
   return 1;
 #endif
 }
+// The team a parallel region started here would have.
+inline int64_t max_team_size() {
+#if defined(_OPENMP)
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 }  // namespace kernels::cpu
