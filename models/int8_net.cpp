@@ -38,6 +38,16 @@ const std::vector<Int8PolicyRow>& int8_policy() {
 
 namespace {
 
+// The INT8 file's format_version: 2 since the first convolution became INT8 (version 1 files,
+// without the key, hold its weights as FP32).
+const char* const kFormatVersion = "2";
+
+// The zero point of a layer's input as the kernels read it (uint8): an int8 input is shifted by
+// 128 on the way in (kernel_input), so its zero point 0 becomes 128.
+uint8_t kernel_zero_point(const engine::ActivationQuant& q) {
+  return static_cast<uint8_t>(q.is_signed ? 128 : q.zero_point);
+}
+
 // The integer kernels' input: uint8 codes, NHWC, channels in whole quads. Int8 codes are
 // shifted to uint8 (zero point 128: x ^ 0x80); the added channels hold the zero point, which
 // meets zero weights. One pass, only where a layer needs either.
@@ -316,8 +326,7 @@ void Int8Net::prepare() {
       }
       s.kernel_channels = c;
     }
-    // The kernels read uint8: an int8 input is shifted by 128 on the way in (zero point 128).
-    const int32_t zp = in.is_signed ? 128 : in.zero_point;
+    const int32_t zp = kernel_zero_point(in);
     const float* bias = s.bias.data<float>();
     s.correction.resize(static_cast<size_t>(s.out_channels));
     s.multiplier.resize(static_cast<size_t>(s.out_channels));
@@ -377,7 +386,7 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
       ENGINE_CHECK(in.dim(in.ndim() - 1) == s.in_channels,
                    "layer " << s.name << " takes " << s.in_channels << " channels, got " << engine::shape_str(in.shape()));
       const bool is_signed = values_[s.in].quant.is_signed;
-      const uint8_t zp_in = static_cast<uint8_t>(is_signed ? 128 : values_[s.in].quant.zero_point);
+      const uint8_t zp_in = kernel_zero_point(values_[s.in].quant);
       if (is_signed || s.kernel_channels != s.in_channels) in = kernel_input(in, is_signed, s.kernel_channels, zp_in);
       const ActivationQuant& out_q = values_[s.out].quant;
       k8::Requant ep;
@@ -544,6 +553,7 @@ void Int8Net::save(const std::string& path, std::map<std::string, std::string> m
     tensors.push_back({v.name + ".activation_zero_point", Tensor::from_ints({v.quant.zero_point}, {1})});
   }
   metadata["format"] = "mpcnn-int8";
+  metadata["format_version"] = kFormatVersion;
   metadata["model"] = model_name_;
   metadata["calibration"] = engine::calibration_method_name(method_);
   metadata["layout"] = "weights KRSC [out, kh, kw, in]; linear columns in NHWC flatten order";
@@ -555,6 +565,10 @@ std::map<std::string, std::string> Int8Net::load(const std::string& path) {
   const engine::SafetensorsFile file = engine::load_safetensors(path);
   auto meta_or = [&](const char* key) { return file.metadata.count(key) ? file.metadata.at(key) : std::string(); };
   ENGINE_CHECK(meta_or("format") == "mpcnn-int8", path << " is not an INT8 model file (no format mpcnn-int8)");
+  const std::string version = meta_or("format_version");
+  ENGINE_CHECK(version == kFormatVersion, path << " was written by another version of the INT8 export (format version "
+                                               << (version.empty() ? "1" : version) << ", this build reads "
+                                               << kFormatVersion << "): export it again with --export-dtype int8");
   ENGINE_CHECK(meta_or("model") == model_name_,
                path << " holds a " << meta_or("model") << ", not a " << model_name_);
   std::set<std::string> used;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -347,7 +348,12 @@ TEST_CASE("int8 file: identical calibrations give identical bytes; damaged scale
   CHECK(meta.at("calibration") == "entropy");
   CHECK(loaded.method() == engine::CalibrationMethod::Entropy);
   const Tensor x = random_images(2);
-  CHECK(loaded.forward_int8(x).to_vector() == original.forward_int8(x).to_vector());
+  const std::vector<double> want = original.forward_int8(x).to_vector();
+  CHECK(loaded.forward_int8(x).to_vector() == want);
+  // As predict runs it: only the packed weights kept; the same logits, and no FP32 forward.
+  loaded.release_fp32_weights();
+  CHECK(loaded.forward_int8(x).to_vector() == want);
+  CHECK_THROWS_WITH(loaded.forward_fp32(x), Catch::Contains("after release_fp32_weights"));
 
   const engine::SafetensorsFile file = engine::load_safetensors(a);
   auto damaged = [&](const std::string& name, const Tensor& replacement) {
@@ -379,6 +385,16 @@ TEST_CASE("int8 file: identical calibrations give identical bytes; damaged scale
              Catch::Contains("fc1.weight_scale[0] is -0.5"));
   CHECK_THAT(damaged("conv2.activation_range", floats({NAN, 3.0})), Catch::Contains("conv2.activation_range is [nan, 3]"));
   CHECK_THAT(damaged("conv2.activation_scale", floats({0.0})), Catch::Contains("conv2.activation_scale[0] is 0"));
+  // A file from before the first convolution became INT8 (no format_version: version 1) is
+  // refused by its version, not by the first tensor that differs.
+  std::map<std::string, std::string> old_metadata = file.metadata;
+  old_metadata.erase("format_version");
+  engine::save_safetensors(bad, file.tensors, old_metadata);
+  auto m = models::make_model("simplecnn");
+  m->eval();
+  engine::fold_batch_norm(*m, DType::F32);
+  models::Int8Net old_reader = models::Int8Net::from_model(*m, "simplecnn");
+  CHECK_THROWS_WITH(old_reader.load(bad), Catch::Contains("format version 1, this build reads 2): export it again"));
   std::remove(a.c_str());
   std::remove(b.c_str());
   std::remove(bad.c_str());

@@ -16,8 +16,8 @@
 namespace kernels::cpu::int8 {
 
 namespace {
-// Rows one thread takes at a time: a multiple of the VNNI tile's 6 rows, small enough that
-// the chunk's gathered inputs stay in L2 while every output column block reads them.
+// Rows one thread takes at a time: a multiple of each VNNI tile's rows (6, 12 or 24), small
+// enough that the chunk's gathered inputs stay in L2 while every output column block reads them.
 constexpr int64_t kRowChunk = 48;
 // Scratch slots (scratch.h): the convolution's gathered rows; a K-padded copy of A; the
 // portable path's sums; the zero-point-padded input (the calling thread's, read by all).
@@ -259,7 +259,7 @@ void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const Co
       for (int64_t r = 0; r < m; ++r) ptr[r] = x + (m0 + r) * cin;
     } else if (from_padded) {
       // The chunk's first pixel by division, the rest by stepping (a division per row cost as
-      // much as a 3-channel window's products).
+      // much as a 4-channel window's products).
       int64_t b = m0 / (oh * ow), oy = m0 / ow % oh, ox = m0 % ow;
       const int64_t step = g.stride * cin;
       const uint8_t* p = xp + ((b * hp + oy * g.stride) * wp + ox * g.stride) * cin;
