@@ -157,7 +157,7 @@ TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]")
   std::string names;
   for (k8::Int8Path p : paths) names += std::string(names.empty() ? "" : ", ") + k8::int8_path_name(p);
   WARN("INT8 paths compared on this CPU: " << names
-                                           << (paths.size() == 1 ? " (no AVX512-VNNI here: only the portable path)" : ""));
+                                           << (paths.size() == 2 ? " (no VNNI here: only the portable path and the tile emulation)" : ""));
   int8_cases::Rng rng{3};
   // Gathered windows (19 channels) and windows read from the padded input (16 channels).
   for (const int64_t cin : {19, 16}) {

@@ -56,6 +56,7 @@ CpuFeatures detect_cpu_features() {
   f.amx_tile = bit(d, 24);
   f.amx_int8 = bit(d, 25);
   __cpuid_count(7, 1, a, b, c, d);
+  f.avx_vnni = bit(a, 4);
   f.avx512_bf16 = bit(a, 5);
 #endif
   return f;
@@ -144,6 +145,7 @@ std::string cpu_isa_report() {
   add(f.avx512f, "avx512f");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.avx512_fp16, "avx512_fp16");
+  add(f.avx_vnni, "avx_vnni");
   add(f.avx512_vnni, "avx512_vnni");
   add(f.amx_tile, "amx_tile");
   add(f.amx_bf16, "amx_bf16");

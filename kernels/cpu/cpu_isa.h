@@ -13,7 +13,7 @@ enum class CpuIsa { Generic, Avx2, Avx512, Avx512Bf16, Amx };
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false;
-  bool avx512_bf16 = false, avx512_fp16 = false, avx512_vnni = false;
+  bool avx512_bf16 = false, avx512_fp16 = false, avx512_vnni = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   bool os_avx = false, os_avx512 = false, os_amx = false;  // XCR0: the OS saves those registers
 };

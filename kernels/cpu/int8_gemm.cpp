@@ -27,6 +27,7 @@ constexpr int kSlotGather = 0, kSlotPaddedA = 1, kSlotSums = 2, kSlotPaddedInput
 const char* int8_path_name(Int8Path p) {
   switch (p) {
     case Int8Path::Generic: return "generic";
+    case Int8Path::AvxVnni: return "avx_vnni";
     case Int8Path::Avx512Vnni: return "avx512_vnni";
     case Int8Path::AmxEmulated: return "amx_emulated";
     case Int8Path::Amx: return "amx";
@@ -43,6 +44,18 @@ bool vnni_available() {
   }();
   return available;
 }
+
+// AVX-VNNI's own (VEX) encoding: with AVX2, under a cap of avx2 or above.
+bool vex_vnni_available() {
+  static const bool available = [] {
+    const CpuFeatures f = detect_cpu_features();
+    return cpu_isa() >= CpuIsa::Avx2 && f.avx_vnni && f.avx2 && f.fma && f.os_avx && detail::avx_vnni_compiled();
+  }();
+  return available;
+}
+
+// The 256-bit tiles run in either encoding.
+bool avx_vnni_path_available() { return vex_vnni_available() || vnni_available(); }
 
 }  // namespace
 
@@ -61,8 +74,13 @@ Int8Path cpu_int8_path() {
       const std::string f = forced;
       if (f == "generic") return Int8Path::Generic;
       if (f == "amx_emulated") return Int8Path::AmxEmulated;
-      ENGINE_CHECK(f == "avx512_vnni" || f == "amx",
-                   "ENGINE_INT8_PATH='" << f << "': choose generic, avx512_vnni, amx_emulated or amx");
+      ENGINE_CHECK(f == "avx_vnni" || f == "avx512_vnni" || f == "amx",
+                   "ENGINE_INT8_PATH='" << f << "': choose generic, avx_vnni, avx512_vnni, amx_emulated or amx");
+      if (f == "avx_vnni") {
+        ENGINE_CHECK(avx_vnni_path_available(),
+                     "ENGINE_INT8_PATH=avx_vnni on a CPU (or ENGINE_CPU_ISA) without AVX-VNNI or AVX512-VNNI");
+        return Int8Path::AvxVnni;
+      }
       if (f == "amx") {
         ENGINE_CHECK(amx_int8_available(), "ENGINE_INT8_PATH=amx on a CPU (or ENGINE_CPU_ISA, or an OS) without AMX-INT8");
         return Int8Path::Amx;
@@ -70,13 +88,17 @@ Int8Path cpu_int8_path() {
       ENGINE_CHECK(vnni_available(), "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
       return Int8Path::Avx512Vnni;
     }
-    return amx_int8_available() ? Int8Path::Amx : vnni_available() ? Int8Path::Avx512Vnni : Int8Path::Generic;
+    return amx_int8_available() ? Int8Path::Amx
+           : vnni_available()   ? Int8Path::Avx512Vnni
+           : vex_vnni_available() ? Int8Path::AvxVnni
+                                  : Int8Path::Generic;
   }();
   return path;
 }
 
 std::vector<Int8Path> int8_paths_available() {
   std::vector<Int8Path> paths = {Int8Path::Generic, Int8Path::AmxEmulated};
+  if (avx_vnni_path_available()) paths.push_back(Int8Path::AvxVnni);
   if (vnni_available()) paths.push_back(Int8Path::Avx512Vnni);
   if (amx_int8_available()) paths.push_back(Int8Path::Amx);
   return paths;
@@ -165,6 +187,10 @@ void gemm_rows(Int8Path path, const detail::RowSource& a, int64_t rows, const Pa
     detail::gemm_rows_amx(a.row[0], rows, 4 * w.k4, w, ep, out, ldo, row0);
   else if (path == Int8Path::Avx512Vnni)
     detail::gemm_rows_avx512_vnni(a, rows, w, ep, out, ldo, row0);
+  else if (path == Int8Path::AvxVnni && vex_vnni_available())
+    detail::gemm_rows_avx_vnni(a, rows, w, ep, out, ldo, row0);
+  else if (path == Int8Path::AvxVnni)  // the same tiles, the instruction's EVEX encoding
+    detail::gemm_rows_avx_vnni_evex(a, rows, w, ep, out, ldo, row0);
   else
     detail::gemm_rows_generic(a, rows, w, ep, out, ldo, row0);
 }
@@ -173,6 +199,7 @@ size_t out_elem_bytes(const Requant* ep) { return ep ? 1 : sizeof(int32_t); }
 
 void check_path(Int8Path path, const PackedWeights& w) {
   const bool runs = path == Int8Path::Generic || path == Int8Path::AmxEmulated ||
+                    (path == Int8Path::AvxVnni && avx_vnni_path_available()) ||
                     (path == Int8Path::Avx512Vnni && vnni_available()) || (path == Int8Path::Amx && amx_int8_available());
   ENGINE_CHECK(runs, "the " << int8_path_name(path) << " INT8 kernels asked for on a CPU (or ENGINE_CPU_ISA) without them");
   ENGINE_CHECK(w.tiles == tile_path(path), "INT8 weights packed for " << (w.tiles ? "the tile paths" : "the vector paths")

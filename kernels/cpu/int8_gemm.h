@@ -1,7 +1,7 @@
 // INT8 inference kernels: u8 x s8 -> s32 matrix products and convolutions (implicit GEMM from
 // NHWC activations) with the requantizing epilogue fused into the store: the per-channel
 // multiplier, bias, residual add and ReLU, written as uint8 or int8. The s32 sums are exact, so
-// every path (the portable loops, AVX512-VNNI) writes the same bits.
+// every path (the portable loops, AVX-VNNI, AVX512-VNNI, AMX) writes the same bits.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +12,14 @@ namespace kernels::cpu::int8 {
 
 // cpu_int8_path() takes AMX-INT8 (TDPBUSD on 16 x 64-byte tiles) where cpu_isa() is Amx (the
 // tile permission granted) and the CPU has AMX-INT8; else AVX512-VNNI where the CPU has it (with
-// AVX512BW/VL) and ENGINE_CPU_ISA is not capped below avx512; else the portable loops.
-// ENGINE_INT8_PATH=generic|avx512_vnni|amx_emulated|amx picks one. AmxEmulated runs the tile
-// driver on amx::EmulatedTiles (amx_tiles.h) on any CPU, so its packing and tails are tested
-// everywhere; slow, it is for tests. AVX-VNNI (the 256-bit VEX form) is not written: its CPUs
-// take the portable loops.
-enum class Int8Path { Generic, Avx512Vnni, AmxEmulated, Amx };
+// AVX512BW/VL) and ENGINE_CPU_ISA is not capped below avx512; else AVX-VNNI (256-bit VPDPBUSD,
+// VEX-encoded, with AVX2) where the CPU has it and the cap is not below avx2; else the portable
+// loops. ENGINE_INT8_PATH=generic|avx_vnni|avx512_vnni|amx_emulated|amx picks one.
+// AmxEmulated runs the tile driver on amx::EmulatedTiles (amx_tiles.h) on any CPU, so its
+// packing and tails are tested everywhere; slow, it is for tests. AvxVnni runs its 256-bit tiles
+// with the EVEX encoding of the same instruction on AVX512-VNNI CPUs without AVX-VNNI, so its
+// code is tested there too.
+enum class Int8Path { Generic, AvxVnni, Avx512Vnni, AmxEmulated, Amx };
 Int8Path cpu_int8_path();
 const char* int8_path_name(Int8Path p);
 // Every path this CPU can run (Generic first): what the bit-exactness tests compare.
@@ -88,12 +90,18 @@ struct RowSource {
   int64_t segment_stride = 0;  // bytes from one run to the next
 };
 // `rows` rows of the product on one path; `row0` is the first row's index in the output (for
-// the residual). Defined in int8_gemm.cpp (Generic) and int8_vnni.cpp.
+// the residual). Defined in int8_gemm.cpp (Generic), int8_vnni.cpp and int8_avx_vnni.cpp.
 void gemm_rows_generic(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
                        int64_t ldo, int64_t row0);
 void gemm_rows_avx512_vnni(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
                            int64_t ldo, int64_t row0);
 bool avx512_vnni_compiled();
+// The 256-bit tiles: VEX-encoded VPDPBUSD (int8_avx_vnni.cpp), and EVEX-encoded (int8_vnni.cpp).
+void gemm_rows_avx_vnni(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                        int64_t ldo, int64_t row0);
+void gemm_rows_avx_vnni_evex(const RowSource& a, int64_t rows, const PackedWeights& w, const Requant* ep, void* out,
+                             int64_t ldo, int64_t row0);
+bool avx_vnni_compiled();
 // The tile paths (int8_amx.cpp, int8_amx_hw.cpp): rows of A `lda` bytes apart (lda = 4 * k4),
 // readable up to `rows` rounded up to 32.
 void gemm_rows_amx_emulated(const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w, const Requant* ep,

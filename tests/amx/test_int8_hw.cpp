@@ -1,4 +1,5 @@
-// The INT8 kernels on this CPU's dot-product units (AVX512-VNNI, and AMX-INT8 where granted):
+// The INT8 kernels on this CPU's dot-product units (AVX-VNNI's 256-bit tiles, in either encoding;
+// AVX512-VNNI; AMX-INT8 where granted):
 // every convolution and product case of tests/int8_cases.h against the plain integer loops, bit
 // for bit. main exits 77 (skipped, with the reason) where the CPU, or ENGINE_CPU_ISA, gives
 // neither.
@@ -14,13 +15,13 @@ namespace k8 = kernels::cpu::int8;
 static std::vector<k8::Int8Path> hardware_paths() {
   std::vector<k8::Int8Path> out;
   for (k8::Int8Path p : k8::int8_paths_available())
-    if (p == k8::Int8Path::Avx512Vnni || p == k8::Int8Path::Amx) out.push_back(p);
+    if (p == k8::Int8Path::AvxVnni || p == k8::Int8Path::Avx512Vnni || p == k8::Int8Path::Amx) out.push_back(p);
   return out;
 }
 
 int main(int argc, char** argv) {
   if (hardware_paths().empty()) {
-    std::printf("SKIPPED: the INT8 hardware tests need AVX512-VNNI (with AVX512BW/VL) or AMX-INT8 in use: %s\n",
+    std::printf("SKIPPED: the INT8 hardware tests need AVX-VNNI, AVX512-VNNI (with AVX512BW/VL) or AMX-INT8 in use: %s\n",
                 kernels::cpu::cpu_isa_report().c_str());
     return 77;
   }
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   return Catch::Session().run(argc, argv);
 }
 
-TEST_CASE("int8 kernels on the hardware (AVX512-VNNI, AMX-INT8): against plain integer loops", "[int8_hw]") {
+TEST_CASE("int8 kernels on the hardware (AVX-VNNI, AVX512-VNNI, AMX-INT8): against plain integer loops", "[int8_hw]") {
   for (k8::Int8Path path : hardware_paths()) {
     WARN("INT8 path " << k8::int8_path_name(path));
     int8_cases::check_conv(path);
