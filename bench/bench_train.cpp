@@ -16,6 +16,8 @@
 // batch sizes: activations and workspace grow linearly with the batch, the rest is fixed).
 //   bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]
 //               [--rounds N]   (--inference: the configurations timed in N interleaved rounds)
+//               [--precisions f32,f16,bf16(,int8 with --inference)] [--profile] (CPU: time per kernel;
+//               for INT8, per layer)
 //   bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]
 #include <algorithm>
 #include <chrono>
@@ -55,6 +57,22 @@ struct Result {
   int profiled_steps = 0;
   double profiled_step_ms = 0;
 };
+
+// A --profile table: each kernel's calls and time per step, its share of the step, and the rest.
+void print_profile(const std::string& what, int64_t batch, int steps, double step_ms,
+                   const std::vector<engine::KernelTime>& kernels, const char* rest_label) {
+  std::printf("\n%s, batch %lld: time per kernel over %d profiled steps of %.2f ms\n", what.c_str(),
+              static_cast<long long>(batch), steps, step_ms);
+  std::printf("  %-34s %8s %10s %7s\n", "kernel", "calls", "ms/step", "share");
+  double in_kernels = 0;
+  for (const engine::KernelTime& k : kernels) {
+    const double ms = k.seconds * 1e3 / steps;
+    in_kernels += ms;
+    std::printf("  %-34s %8.1f %10.2f %6.1f%%\n", k.name.c_str(), double(k.calls) / steps, ms, 100 * ms / step_ms);
+  }
+  const double rest = step_ms - in_kernels;
+  std::printf("  %-34s %8s %10.2f %6.1f%%\n", rest_label, "", rest, 100 * rest / step_ms);
+}
 
 // The CPU GEMM's FP32 peak on a large square product: the yardstick for model FLOP/s.
 double cpu_gemm_peak_gflops() {
@@ -165,6 +183,10 @@ struct InferenceResult {
   double images_per_s = 0, ms = 0, max_logit_change = 0, top1_agreement = 1;
   engine::MemoryStats mem;
   std::vector<double> logits;
+  // --profile: as Result's.
+  std::vector<engine::KernelTime> kernels;
+  int profiled_steps = 0;
+  double profiled_step_ms = 0;
 };
 
 // Batch-norms as training leaves them rather than fresh (gamma 1, beta 0, mean 0, var 1, which
@@ -185,7 +207,7 @@ void trained_like_batch_norms(engine::Module& model) {
 // One warm-up call (algorithm choices, caches; its logits kept in r), then `steps` timed calls of
 // forward(): the median's ms and images/s (r.batch images a call), and the timed calls' peak memory.
 template <class Forward>
-void time_forward(InferenceResult& r, int steps, engine::Device device, Forward forward) {
+void time_forward(InferenceResult& r, int steps, engine::Device device, bool profile, Forward forward) {
   auto& alloc = engine::allocator_for(device);
   r.logits = forward().to_vector();
   alloc.reset_peak();
@@ -201,11 +223,21 @@ void time_forward(InferenceResult& r, int steps, engine::Device device, Forward 
   r.ms = median * 1e3;
   r.images_per_s = static_cast<double>(r.batch) / median;
   r.mem = alloc.stats();
+  if (profile && device.is_cpu()) {  // after the timed steps, so the timers cost them nothing
+    engine::take_kernel_profile();
+    engine::set_kernel_profiling(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) (void)forward();
+    r.profiled_step_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / steps;
+    engine::set_kernel_profiling(false);
+    r.kernels = engine::take_kernel_profile();
+    r.profiled_steps = steps;
+  }
 }
 
 // Evaluation forward passes on one device-resident batch; fold: BN folded into the convs first.
 InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch, int steps, engine::Device device,
-                                bool fold) {
+                                bool fold, bool profile) {
   engine::manual_seed(1);
   auto model = models::make_model(name);
   model->set_compute_dtype(dt);
@@ -223,7 +255,7 @@ InferenceResult bench_inference(const std::string& name, DType dt, int64_t batch
   const Tensor x = engine::cast(engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32), dt).to(device);
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dt);
-  time_forward(r, steps, device, [&] { return (*model)(x); });
+  time_forward(r, steps, device, profile, [&] { return (*model)(x); });
   return r;
 }
 
@@ -244,7 +276,7 @@ void compare_logits(InferenceResult& r, const std::vector<double>& ref, int64_t 
 
 // The same on the INT8 path: FP32 weights (batch-norms trained-like, then folded) quantized.
 InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, int64_t* weight_bytes,
-                           int64_t* resident_bytes) {
+                           int64_t* resident_bytes, bool profile) {
   engine::manual_seed(1);
   auto model = models::make_model(name);
   trained_like_batch_norms(*model);
@@ -264,7 +296,7 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
   r.folded = true;
   engine::manual_seed(2);
   const Tensor x = engine::uniform({batch, 32, 32, 3}, -1, 1, DType::F32);
-  time_forward(r, steps, engine::Device::cpu(), [&] { return q.forward_int8(x); });
+  time_forward(r, steps, engine::Device::cpu(), profile, [&] { return q.forward_int8(x); });
   return r;
 }
 
@@ -274,8 +306,8 @@ double median_of(std::vector<double> xs) {
   return xs[xs.size() / 2];
 }
 
-int run_inference(const std::vector<std::string>& model_names, int64_t batch, int steps, int rounds, bool quick,
-                  engine::Device device) {
+int run_inference(const std::vector<std::string>& model_names, const std::vector<DType>& dtypes, int64_t batch,
+                  int steps, int rounds, bool quick, engine::Device device, bool profile) {
   std::printf("Inference (eval mode, forward only); 'fold': batch-norm folded into the convolutions; img/s: the median\n"
               "of %d rounds, each making and timing every configuration of the model in turn\n", rounds);
   std::printf("%-10s %-5s %-4s %6s %10s %9s %10s %10s %10s %14s %8s\n", "model", "prec", "fold", "batch", "img/s", "ms",
@@ -288,9 +320,11 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
     const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 50);
     const bool int8_covers = device.is_cpu() && (m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50");
     std::vector<Key> order;
-    for (DType dt : {DType::F32, DType::F16, DType::BF16})
-      for (bool fold : {false, true}) order.push_back({dt, fold});
-    if (int8_covers) order.push_back({DType::I8, true});
+    for (DType dt : dtypes)
+      if (dt != DType::I8)
+        for (bool fold : {false, true}) order.push_back({dt, fold});
+      else if (int8_covers)
+        order.push_back({DType::I8, true});
     // Round 0's results (memory, logits) and every round's images/s. The configurations of a
     // round run back to back, so a change of the machine's speed (VMs drift by a third between
     // seconds) reaches them alike; the ratios are the medians of each round's ratios.
@@ -301,21 +335,24 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       for (const Key& key : order) {
         if (round > 0 && !by.count(key)) continue;  // a fold with nothing to fold
         InferenceResult r;
+        const bool profiled = profile && round == 0;
         if (key.first == DType::I8)
-          r = bench_int8(m, b, s, &weight_bytes[key], &resident[key]);
+          r = bench_int8(m, b, s, &weight_bytes[key], &resident[key], profiled);
         else
-          r = bench_inference(m, key.first, b, s, device, key.second);
+          r = bench_inference(m, key.first, b, s, device, key.second, profiled);
         speed[key].push_back(r.images_per_s);
         if (round > 0) continue;
         if (key.second && key.first != DType::I8 && r.folded_pairs == 0) continue;  // nothing to fold in this model
-        if (key.first == DType::I8)
-          compare_logits(r, by.at({DType::F32, false}).logits, b);
-        else if (key.second)
+        if (key.first == DType::I8) {
+          if (by.count({DType::F32, false})) compare_logits(r, by.at({DType::F32, false}).logits, b);
+        } else if (key.second) {
           compare_logits(r, by.at({key.first, false}).logits, b);  // vs unfolded: same dtype, weights, batch
+        }
         by[key] = std::move(r);
       }
+    auto has = [&](const Key& k) { return by.count(k) > 0; };
     for (const Key& key : order) {
-      if (!by.count(key)) continue;
+      if (!has(key)) continue;
       InferenceResult& r = by.at(key);
       r.images_per_s = median_of(speed.at(key));
       r.ms = 1e3 * static_cast<double>(b) / r.images_per_s;
@@ -330,7 +367,10 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
                   mb(r.mem.total_peak + packed),
                   int8 ? mb(weight_bytes.at(key)) : mb(at[static_cast<int>(engine::MemKind::Weights)]),
                   mb(at[static_cast<int>(engine::MemKind::Activations)]));
-      if (key.second) std::printf(" %14.3g %7.1f%%", r.max_logit_change, 100 * r.top1_agreement);
+      if (int8 && !has({DType::F32, false}))
+        std::printf(" %14s %8s", "-", "-");  // no FP32 row to compare with
+      else if (key.second)
+        std::printf(" %14.3g %7.1f%%", r.max_logit_change, 100 * r.top1_agreement);
       std::printf("\n");
     }
     std::fflush(stdout);
@@ -340,28 +380,41 @@ int run_inference(const std::vector<std::string>& model_names, int64_t batch, in
       for (size_t i = 0; i < speed.at(a).size(); ++i) q.push_back(speed.at(a)[i] / speed.at(base)[i]);
       return median_of(q);
     };
-    const Key f32{DType::F32, false}, f16{DType::F16, false};
+    const Key f32{DType::F32, false}, f16{DType::F16, false}, f16_folded{DType::F16, true}, i8{DType::I8, true};
+    auto memory_ratio = [&](const Key& a) { return double(by.at(a).mem.total_peak) / double(by.at(f32).mem.total_peak); };
     char line[256];
-    std::snprintf(line, sizeof line, "  %-10s fp16 vs fp32: %.2fx speed, %.2fx peak memory", m.c_str(),
-                  speed_ratio(f16, f32), double(by.at(f16).mem.total_peak) / double(by.at(f32).mem.total_peak));
-    std::string l = line;
-    if (by.count({DType::F16, true})) {
-      std::snprintf(line, sizeof line, "; fp16 folded vs fp32: %.2fx speed, %.2fx peak memory",
-                    speed_ratio({DType::F16, true}, f32),
-                    double(by.at({DType::F16, true}).mem.total_peak) / double(by.at(f32).mem.total_peak));
+    std::string l;
+    if (has(f16) && has(f32)) {
+      std::snprintf(line, sizeof line, "; fp16 vs fp32: %.2fx speed, %.2fx peak memory", speed_ratio(f16, f32),
+                    memory_ratio(f16));
       l += line;
     }
-    if (by.count({DType::I8, true})) {
-      std::snprintf(line, sizeof line, "; int8 vs fp32: %.2fx speed", speed_ratio({DType::I8, true}, f32));
+    if (has(f16_folded) && has(f32)) {
+      std::snprintf(line, sizeof line, "; fp16 folded vs fp32: %.2fx speed, %.2fx peak memory",
+                    speed_ratio(f16_folded, f32), memory_ratio(f16_folded));
       l += line;
-      if (by.count({DType::F32, true})) {
-        std::snprintf(line, sizeof line, " (%.2fx fp32 folded)", speed_ratio({DType::I8, true}, {DType::F32, true}));
+    }
+    if (has(i8) && has(f32)) {
+      std::snprintf(line, sizeof line, "; int8 vs fp32: %.2fx speed", speed_ratio(i8, f32));
+      l += line;
+      if (has({DType::F32, true})) {
+        std::snprintf(line, sizeof line, " (%.2fx fp32 folded)", speed_ratio(i8, {DType::F32, true}));
         l += line;
       }
     }
-    ratios.push_back(l);
+    if (!l.empty()) {
+      std::snprintf(line, sizeof line, "  %-10s ", m.c_str());
+      l = line + l.substr(2);
+    }
+    if (!l.empty()) ratios.push_back(l);
+    for (const Key& key : order)
+      if (by.count(key) && by.at(key).profiled_steps) {
+        const InferenceResult& r = by.at(key);
+        print_profile(r.model + " " + r.precision + (key.second ? " folded" : ""), b, r.profiled_steps,
+                      r.profiled_step_ms, r.kernels, "outside kernels (allocation, casts)");
+      }
   }
-  std::printf("\nMeasured side by side in this run (the median of the %d rounds' ratios):\n", rounds);
+  if (!ratios.empty()) std::printf("\nMeasured side by side in this run (the median of the %d rounds' ratios):\n", rounds);
   for (const auto& l : ratios) std::puts(l.c_str());
   return 0;
 }
@@ -490,7 +543,7 @@ int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
   int steps = 0, rounds = -1;  // rounds: -1 when not given
-  bool quick = false, inference = false, memory = false, profile = false;
+  bool quick = false, inference = false, memory = false, profile = false, precisions_given = false;
   std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -512,11 +565,11 @@ int main(int argc, char** argv) {
     else if (a == "--memory") memory = true;
     else if (a == "--profile") profile = true;
     else if (a == "--batches") batches_list = next();
-    else if (a == "--precisions") precisions = next();
+    else if (a == "--precisions") precisions = next(), precisions_given = true;
     else if (a == "--max-batch-under") budget = next();
     else {
       std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
-                           "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one)\n"
+                           "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one; --inference: also int8)\n"
                            "                   [--profile]   (CPU: then ms per step of each kernel, host wall time)\n"
                            "                   [--rounds N]  (--inference: times each configuration in N interleaved rounds; 5, --quick 1)\n"
                            "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
@@ -533,7 +586,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_train: --rounds expects a count >= 1, with --inference\n");
       return 2;
     }
-    if (inference) return run_inference(split(model_list), batch, steps, rounds > 0 ? rounds : quick ? 1 : 5, quick, device);
+    if (inference) {
+      // The dtypes to run, fp32, fp16, bf16 and int8 in that order whatever the list's.
+      const std::vector<std::string> wanted = split(precisions_given ? precisions : "f32,f16,bf16,int8");
+      std::vector<DType> dtypes;
+      for (const auto& [dt, name] : std::vector<std::pair<DType, std::string>>{
+               {DType::F32, "f32"}, {DType::F16, "f16"}, {DType::BF16, "bf16"}, {DType::I8, "int8"}})
+        if (std::find(wanted.begin(), wanted.end(), name) != wanted.end()) dtypes.push_back(dt);
+      if (dtypes.size() != wanted.size() || dtypes.empty()) {
+        std::fprintf(stderr, "bench_train: --precisions expects a list of f32, f16, bf16, int8 (got '%s')\n",
+                     precisions.c_str());
+        return 2;
+      }
+      return run_inference(split(model_list), dtypes, batch, steps, rounds > 0 ? rounds : quick ? 1 : 5, quick, device,
+                           profile);
+    }
     if (memory) {
       std::vector<int64_t> bs;
       for (const std::string& b : split(batches_list)) bs.push_back(std::atoll(b.c_str()));
@@ -590,22 +657,10 @@ int main(int argc, char** argv) {
                   double(f16.mem.total_peak) / double(f32.mem.total_peak), b16.images_per_s / f32.images_per_s,
                   double(b16.mem.total_peak) / double(f32.mem.total_peak));
     }
-    for (const Result& r : results) {
-      if (!r.profiled_steps) continue;
-      std::printf("\n%s %s, batch %lld: time per kernel over %d profiled steps of %.1f ms\n", r.model.c_str(),
-                  r.precision.c_str(), static_cast<long long>(r.batch), r.profiled_steps, r.profiled_step_ms);
-      std::printf("  %-34s %8s %10s %7s\n", "kernel", "calls", "ms/step", "share");
-      double in_kernels = 0;
-      for (const engine::KernelTime& k : r.kernels) {
-        const double ms = k.seconds * 1e3 / r.profiled_steps;
-        in_kernels += ms;
-        std::printf("  %-34s %8.1f %10.2f %6.1f%%\n", k.name.c_str(), double(k.calls) / r.profiled_steps, ms,
-                    100 * ms / r.profiled_step_ms);
-      }
-      const double rest = r.profiled_step_ms - in_kernels;
-      std::printf("  %-34s %8s %10.2f %6.1f%%\n", "outside kernels (tape, allocation)", "", rest,
-                  100 * rest / r.profiled_step_ms);
-    }
+    for (const Result& r : results)
+      if (r.profiled_steps)
+        print_profile(r.model + " " + r.precision, r.batch, r.profiled_steps, r.profiled_step_ms, r.kernels,
+                      "outside kernels (tape, allocation)");
     if (!json.empty()) {
       FILE* f = std::fopen(json.c_str(), "w");
       if (!f) {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "engine/ops.h"
+#include "engine/profile.h"
 #include "engine/safetensors.h"
 #include "engine/tape.h"
 #include "models/models.h"
@@ -309,6 +310,8 @@ void Int8Net::prepare() {
   for (Int8Step& s : steps_) {
     // Max pooling and flattening pass the input's codes through: the output keeps its scale.
     if (s.kind == Int8Step::MaxPool || s.kind == Int8Step::Flatten) values_[s.out].quant = values_[s.in].quant;
+    const char* kind = s.kind == Int8Step::Conv ? "int8 conv2d " : s.kind == Int8Step::Linear ? "int8 linear " : "int8 max pool ";
+    s.timer_name = kind + s.name;
     if (!s.int8) continue;
     const ActivationQuant in = values_[s.in].quant, out = values_[s.out].quant;
     ENGINE_CHECK(values_[s.in].calibrated && values_[s.out].calibrated, "layer " << s.name << " is not calibrated");
@@ -380,6 +383,7 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
   for (size_t i = 0; i < steps_.size(); release_inputs(i), ++i) {
     const Int8Step& s = steps_[i];
     if ((s.kind == Int8Step::Conv || s.kind == Int8Step::Linear) && s.int8) {
+      const engine::KernelTimer timer(s.timer_name.c_str());  // the input's quantization included
       ENGINE_CHECK(s.kernel_channels >= s.in_channels && s.packed.n == s.out_channels,
                    "Int8Net::forward_int8 before calibrate or load (layer " << s.name << ")");
       Tensor in = quantized(s.in);
@@ -426,6 +430,7 @@ Tensor Int8Net::forward_int8(const Tensor& x, std::vector<Tensor>* values) {
     switch (s.kind) {
       case Int8Step::MaxPool:
         if (!f[s.in].defined()) {  // on the codes: exact
+          const engine::KernelTimer timer(s.timer_name.c_str());
           const Tensor& in = q[s.in];
           const int64_t oh = (in.dim(1) + 2 * s.pool_pad - s.pool_kernel) / s.pool_stride + 1;
           const int64_t ow = (in.dim(2) + 2 * s.pool_pad - s.pool_kernel) / s.pool_stride + 1;

@@ -60,5 +60,18 @@ else
   cat "$work/inference.log"; fail "bench_train --inference exited non-zero"
 fi
 
+# One precision, profiled: the INT8 steps' rows by layer; no FP32 row, so no logit comparison.
+if "$train" --inference --models simplecnn --batch 2 --steps 1 --rounds 1 --precisions int8 --profile \
+    > "$work/int8_profile.log" 2>&1; then
+  grep -qE '^simplecnn +int8 +yes .* - +-$' "$work/int8_profile.log" || { cat "$work/int8_profile.log"; fail "--precisions int8: want one int8 row without a comparison"; }
+  for row in "int8 conv2d conv1" "int8 conv2d conv2" "int8 linear fc1"; do
+    grep -q "^  $row " "$work/int8_profile.log" || { cat "$work/int8_profile.log"; fail "--inference --profile: no '$row' row"; }
+  done
+  grep -qE '^simplecnn +f32' "$work/int8_profile.log" && fail "--precisions int8 ran f32 too"
+else
+  cat "$work/int8_profile.log"; fail "bench_train --inference --precisions int8 --profile exited non-zero"
+fi
+"$train" --inference --precisions int4 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --inference --precisions int4 should exit 2"
+
 [ "$fails" = 0 ] && echo "bench smoke: all passed"
 exit $((fails > 0))
