@@ -1,5 +1,5 @@
 // The INT8 kernels' cases, shared by engine_tests (the portable path and the emulated AMX tiles)
-// and engine_int8_hw_tests (AVX512-VNNI, AMX): each convolution and product against a plain integer loop, the s32
+// and engine_int8_hw_tests (AVX512-VNNI, AVX-VNNI, AMX): each convolution and product against a plain integer loop, the s32
 // sums exactly and the requantized bytes bit for bit, the epilogue written out here from
 // kernels/cpu/int8_gemm.h's formula.
 #pragma once
@@ -45,8 +45,10 @@ struct Epilogue {
   std::vector<float> multiplier, offset;
   std::vector<uint8_t> residual;
   k8::Requant ep;
-  // Per-channel terms that put typical sums over a few output steps, some outputs clamped.
-  Epilogue(Rng& rng, int64_t rows, int64_t n, int64_t k, bool with_residual, bool relu, bool out_signed) {
+  // Per-channel terms that put typical sums over a few output steps, some outputs clamped. The
+  // residual's rows are `ld` bytes apart, as the output's (default n).
+  Epilogue(Rng& rng, int64_t rows, int64_t n, int64_t k, bool with_residual, bool relu, bool out_signed,
+           int64_t ld = 0) {
     correction.resize(n), multiplier.resize(n), offset.resize(n);
     for (int64_t j = 0; j < n; ++j) {
       correction[j] = rng.between(-20000, 20000);
@@ -56,7 +58,7 @@ struct Epilogue {
     ep.correction = correction.data(), ep.multiplier = multiplier.data(), ep.offset = offset.data();
     ep.relu = relu, ep.out_signed = out_signed, ep.zero_point = out_signed ? 0 : rng.between(0, 40);
     if (with_residual) {
-      residual.resize(static_cast<size_t>(rows * n));
+      residual.resize(static_cast<size_t>(rows * (ld > 0 ? ld : n)));
       for (auto& r : residual) r = static_cast<uint8_t>(rng.next());
       ep.residual = residual.data();
       ep.residual_signed = rng.next() % 2 == 0;
@@ -64,9 +66,10 @@ struct Epilogue {
       ep.residual_multiplier = static_cast<float>(rng.between(1, 300)) / 97.f;
     }
   }
-  int32_t residual_at(int64_t m, int64_t n, int64_t j) const {
+  // ld: the residual's row stride (the output's).
+  int32_t residual_at(int64_t m, int64_t ld, int64_t j) const {
     if (!ep.residual) return 0;
-    const uint8_t b = residual[static_cast<size_t>(m * n + j)];
+    const uint8_t b = residual[static_cast<size_t>(m * ld + j)];
     return ep.residual_signed ? static_cast<int8_t>(b) : b;
   }
 };
@@ -149,37 +152,57 @@ inline void check_conv(k8::Int8Path path) {
   }
 }
 
-// Products with rows 1 to 97, K from 1 to 130 (row stride above K in some), 1 to 130 outputs.
+// Products with rows 1 to 128, K from 1 to 130 (row stride above K in some), 1 to 130 outputs,
+// output rows wider than n in some: the bytes past n (sentinels) must stay untouched.
 inline void check_gemm(k8::Int8Path path) {
   Rng rng{7};
-  const int64_t shapes[][4] = {{1, 1, 1, 1},    {5, 3, 10, 3},    {50, 13, 16, 20}, {97, 64, 33, 64},
-                               {48, 67, 130, 67}, {7, 130, 64, 136}, {49, 256, 10, 256}};
+  const int64_t shapes[][5] = {{1, 1, 1, 1, 1},       {5, 3, 10, 3, 13},    {50, 13, 16, 20, 16},
+                               {97, 64, 33, 64, 40},  {48, 67, 130, 67, 130}, {7, 130, 64, 136, 64},
+                               {49, 256, 10, 256, 10}, {128, 40, 24, 40, 27}, {100, 9, 17, 9, 17}};
+  constexpr uint8_t kSentinel = 0xA5;
   for (const auto& sh : shapes) {
-    const int64_t rows = sh[0], k = sh[1], n = sh[2], lda = sh[3];
+    const int64_t rows = sh[0], k = sh[1], n = sh[2], lda = sh[3], ldo = sh[4];
     std::vector<uint8_t> a(static_cast<size_t>(rows * lda));
     for (auto& v : a) v = static_cast<uint8_t>(rng.next());
     std::vector<int8_t> w(static_cast<size_t>(n * k));
     for (auto& v : w) v = static_cast<int8_t>(rng.next());
     const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k, path);
-    std::vector<int32_t> want(static_cast<size_t>(rows * n)), sums(want.size());
+    std::vector<int32_t> want(static_cast<size_t>(rows * n));
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t j = 0; j < n; ++j) {
         int32_t s = 0;
         for (int64_t i = 0; i < k; ++i) s += a[static_cast<size_t>(m * lda + i)] * w[static_cast<size_t>(j * k + i)];
         want[static_cast<size_t>(m * n + j)] = s;
       }
-    INFO("gemm " << rows << " x " << k << " x " << n << " (row stride " << lda << "), path " << k8::int8_path_name(path));
-    k8::gemm_u8s8(path, a.data(), rows, lda, packed, nullptr, sums.data(), n);
-    REQUIRE(sums == want);
-    Epilogue e(rng, rows, n, k, true, true, false);
-    std::vector<uint8_t> got(want.size());
-    k8::gemm_u8s8(path, a.data(), rows, lda, packed, &e.ep, got.data(), n);
-    int64_t wrong = 0;
+    INFO("gemm " << rows << " x " << k << " x " << n << " (row strides " << lda << " in, " << ldo << " out), path "
+                 << k8::int8_path_name(path));
+    constexpr int32_t kSentinelSum = -123456789;
+    std::vector<int32_t> sums(static_cast<size_t>(rows * ldo), kSentinelSum);
+    k8::gemm_u8s8(path, a.data(), rows, lda, packed, nullptr, sums.data(), ldo);
+    int64_t wrong_sums = 0, overwritten = 0;
     for (int64_t m = 0; m < rows; ++m)
-      for (int64_t j = 0; j < n; ++j)
-        wrong += got[static_cast<size_t>(m * n + j)] !=
-                 reference_requant(want[static_cast<size_t>(m * n + j)], j, e.ep, e.residual_at(m, n, j));
+      for (int64_t j = 0; j < ldo; ++j) {
+        const int32_t got = sums[static_cast<size_t>(m * ldo + j)];
+        if (j < n) wrong_sums += got != want[static_cast<size_t>(m * n + j)];
+        else overwritten += got != kSentinelSum;
+      }
+    CHECK(wrong_sums == 0);
+    CHECK(overwritten == 0);
+    Epilogue e(rng, rows, n, k, true, true, false, ldo);
+    std::vector<uint8_t> got(static_cast<size_t>(rows * ldo), kSentinel);
+    k8::gemm_u8s8(path, a.data(), rows, lda, packed, &e.ep, got.data(), ldo);
+    int64_t wrong = 0;
+    overwritten = 0;
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t j = 0; j < ldo; ++j) {
+        const uint8_t byte = got[static_cast<size_t>(m * ldo + j)];
+        if (j < n)
+          wrong += byte != reference_requant(want[static_cast<size_t>(m * n + j)], j, e.ep, e.residual_at(m, ldo, j));
+        else
+          overwritten += byte != kSentinel;
+      }
     CHECK(wrong == 0);
+    CHECK(overwritten == 0);
   }
 }
 

@@ -75,6 +75,7 @@ TEST_CASE("CPU ISA: the features CPUID reports are the ones /proc/cpuinfo lists"
   CHECK((!listed("avx512_bf16") || f.avx512_bf16));
   CHECK((!listed("avx512_fp16") || f.avx512_fp16));
   CHECK((!listed("avx512_vnni") || f.avx512_vnni));
+  CHECK((!listed("avx_vnni") || f.avx_vnni));
   CHECK((!listed("amx_tile") || f.amx_tile));
   CHECK((!listed("amx_bf16") || f.amx_bf16));
   CHECK((!listed("amx_int8") || f.amx_int8));

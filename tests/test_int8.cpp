@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -169,11 +170,19 @@ TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]")
     std::vector<int8_t> w(static_cast<size_t>(n * k));
     for (auto& v : w) v = static_cast<int8_t>(rng.next());
     int8_cases::Epilogue e(rng, rows, n, k, true, true, false);
+    // Channels with a NaN, +inf and -inf multiplier: the clamp (as MAXPS/MINPS) must treat them
+    // alike on every path. A NaN clamps to the ReLU floor: the output zero point.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    e.multiplier[0] = nan, e.multiplier[1] = inf, e.multiplier[2] = -inf;
     std::vector<uint8_t> first;
     for (k8::Int8Path p : paths) {
+      INFO("path " << k8::int8_path_name(p) << ", " << cin << " channels");
       const k8::PackedWeights packed = k8::pack_weights(w.data(), n, k, p);
       std::vector<uint8_t> out(static_cast<size_t>(rows * n));
       k8::conv2d_u8s8(p, x.data(), 9, g, packed, &e.ep, out.data());
+      int64_t nan_channel_off = 0;
+      for (int64_t m = 0; m < rows; ++m) nan_channel_off += out[static_cast<size_t>(m * n)] != e.ep.zero_point;
+      CHECK(nan_channel_off == 0);
       if (first.empty())
         first = out;
       else

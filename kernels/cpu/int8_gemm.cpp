@@ -214,9 +214,12 @@ int64_t tile_rows_of(int64_t m) { return (m + 31) / 32 * 32; }
 void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const PackedWeights& w,
                const Requant* ep, void* out, int64_t ldo) {
   check_path(path, w);
-  // Few rows (a linear layer's batch) are split evenly between the threads: 64 rows as 48 + 16
-  // left one thread idle for half the product.
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min(kRowChunk, (rows + max_team_size() - 1) / max_team_size()));
+  if (rows <= 0) return;
+  // A whole number of equal chunks per thread, none over kRowChunk: a linear layer's few rows
+  // cut at 48 left a thread idle (64 rows as 48 + 16; 128 as 48 + 48 + 32 on two threads).
+  const int64_t team = max_team_size(), fewest = (rows + kRowChunk - 1) / kRowChunk;
+  const int64_t even_split = std::min(rows, (fewest + team - 1) / team * team);
+  const int64_t chunk_rows = (rows + even_split - 1) / even_split;
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows, padded = 4 * w.k4;
   // Rows shorter than the packed K are copied into zero-padded ones (the linear layers whose
   // inputs are not a multiple of 4 bytes, and every input of the tile paths: whole tiles).
