@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -300,10 +301,16 @@ InferenceResult bench_int8(const std::string& name, int64_t batch, int steps, in
   return r;
 }
 
-// The median of xs (not empty).
+// The median of xs (not empty): the mean of the middle two for an even count.
 double median_of(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
-  return xs[xs.size() / 2];
+  const size_t h = xs.size() / 2;
+  return xs.size() % 2 ? xs[h] : (xs[h - 1] + xs[h]) / 2;
+}
+
+// The models the INT8 path covers (Int8Net's step list), on the CPU only.
+bool int8_covers(const std::string& model, engine::Device device) {
+  return device.is_cpu() && (model == "simplecnn" || model == "resnet9" || model == "resnet18" || model == "resnet50");
 }
 
 int run_inference(const std::vector<std::string>& model_names, const std::vector<DType>& dtypes, int64_t batch,
@@ -318,13 +325,15 @@ int run_inference(const std::vector<std::string>& model_names, const std::vector
   for (const std::string& m : model_names) {
     const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
     const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 50);
-    const bool int8_covers = device.is_cpu() && (m == "simplecnn" || m == "resnet9" || m == "resnet18" || m == "resnet50");
     std::vector<Key> order;
     for (DType dt : dtypes)
       if (dt != DType::I8)
         for (bool fold : {false, true}) order.push_back({dt, fold});
-      else if (int8_covers)
+      else if (int8_covers(m, device))
         order.push_back({DType::I8, true});
+      else
+        std::printf("(%s: no int8 row: INT8 inference runs on the CPU, for simplecnn, resnet9, resnet18, resnet50)\n",
+                    m.c_str());
     // Round 0's results (memory, logits) and every round's images/s. The configurations of a
     // round run back to back, so a change of the machine's speed (VMs drift by a third between
     // seconds) reaches them alike; the ratios are the medians of each round's ratios.
@@ -542,8 +551,8 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
-  int steps = 0, rounds = -1;  // rounds: -1 when not given
-  bool quick = false, inference = false, memory = false, profile = false, precisions_given = false;
+  int steps = 0, rounds = 0;  // rounds: 0 when not given
+  bool quick = false, inference = false, memory = false, profile = false, precisions_given = false, rounds_given = false;
   std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -558,7 +567,12 @@ int main(int argc, char** argv) {
     else if (a == "--models") model_list = next();
     else if (a == "--batch") batch = std::atoll(next().c_str());
     else if (a == "--steps") steps = std::atoi(next().c_str());
-    else if (a == "--rounds") rounds = std::atoi(next().c_str());
+    else if (a == "--rounds") {
+      const std::string v = next();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      rounds = v.empty() || *end != '\0' || n < 1 || n > 1000 ? -1 : static_cast<int>(n), rounds_given = true;
+    }
     else if (a == "--json") json = next();
     else if (a == "--quick") quick = true;
     else if (a == "--inference") inference = true;
@@ -582,8 +596,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_train: --json is not written for --inference (the table is the output)\n");
       return 2;
     }
-    if (rounds == 0 || rounds < -1 || (rounds > 0 && !inference)) {
-      std::fprintf(stderr, "bench_train: --rounds expects a count >= 1, with --inference\n");
+    if (rounds_given && (rounds < 1 || !inference)) {
+      std::fprintf(stderr, "bench_train: --rounds expects a count from 1 to 1000, with --inference\n");
       return 2;
     }
     if (inference) {
@@ -598,8 +612,16 @@ int main(int argc, char** argv) {
                      precisions.c_str());
         return 2;
       }
-      return run_inference(split(model_list), dtypes, batch, steps, rounds > 0 ? rounds : quick ? 1 : 5, quick, device,
-                           profile);
+      // INT8 asked for by name where it gives no row: refused, not an empty table.
+      const std::vector<std::string> models = split(model_list);
+      const bool int8_asked = precisions_given && std::find(dtypes.begin(), dtypes.end(), DType::I8) != dtypes.end();
+      for (const std::string& m : models)
+        if (int8_asked && !int8_covers(m, device)) {
+          std::fprintf(stderr, "bench_train: --precisions int8: INT8 inference runs on the CPU, for simplecnn, resnet9, "
+                               "resnet18, resnet50 (not %s on %s)\n", m.c_str(), device_spec.c_str());
+          return 2;
+        }
+      return run_inference(models, dtypes, batch, steps, rounds_given ? rounds : quick ? 1 : 5, quick, device, profile);
     }
     if (memory) {
       std::vector<int64_t> bs;

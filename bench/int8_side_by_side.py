@@ -49,7 +49,7 @@ def our_speed(build, model, batch, threads):
     """images/s of our FP32 (unfolded and folded, the faster) and INT8 eval forward."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = run([os.path.join(build, "bench_train"), "--inference", "--models", model, "--batch", str(batch),
-               "--steps", "5", "--rounds", "1"], env)  # the caller alternates the rounds
+               "--steps", "5", "--rounds", "1", "--precisions", "f32,int8"], env)  # the caller alternates the rounds
     rows = {}
     for line in out.splitlines():
         f = line.split()

@@ -310,8 +310,10 @@ void Int8Net::prepare() {
   for (Int8Step& s : steps_) {
     // Max pooling and flattening pass the input's codes through: the output keeps its scale.
     if (s.kind == Int8Step::MaxPool || s.kind == Int8Step::Flatten) values_[s.out].quant = values_[s.in].quant;
-    const char* kind = s.kind == Int8Step::Conv ? "int8 conv2d " : s.kind == Int8Step::Linear ? "int8 linear " : "int8 max pool ";
-    s.timer_name = kind + s.name;
+    // The steps forward_int8 times: products and max pools (the others run as FP32 ops, which
+    // time themselves).
+    if (s.kind == Int8Step::Conv || s.kind == Int8Step::Linear || s.kind == Int8Step::MaxPool)
+      s.timer_name = (s.kind == Int8Step::Conv ? "int8 conv2d " : s.kind == Int8Step::Linear ? "int8 linear " : "int8 max pool ") + s.name;
     if (!s.int8) continue;
     const ActivationQuant in = values_[s.in].quant, out = values_[s.out].quant;
     ENGINE_CHECK(values_[s.in].calibrated && values_[s.out].calibrated, "layer " << s.name << " is not calibrated");

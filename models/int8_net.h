@@ -44,7 +44,7 @@ struct Int8Step {
   std::vector<int32_t> correction;
   std::vector<float> multiplier, offset;
   int64_t pool_kernel = 0, pool_stride = 0, pool_pad = 0;  // MaxPool
-  std::string timer_name;  // INT8 steps and byte max pools: their row in a kernel profile
+  std::string timer_name;  // convolutions, linears, max pools: their row in a kernel profile
 };
 
 struct Int8Value {

@@ -45,7 +45,9 @@ else
   cat "$work/profile.log"; fail "bench_train --precisions f32 --profile exited non-zero"
 fi
 "$train" --quick --precisions f64 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --precisions f64 should exit 2"
-"$train" --inference --rounds 0 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --rounds 0 should exit 2"
+for bad in 0 -1 2x ""; do
+  "$train" --inference --rounds "$bad" > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --rounds '$bad' should exit 2"
+done
 
 # Inference: resnet9 has batch-norm, so each dtype gets an unfolded and a folded row.
 # Two rounds: the rows are still one per configuration, the ratios the rounds' medians.
@@ -72,6 +74,10 @@ else
   cat "$work/int8_profile.log"; fail "bench_train --inference --precisions int8 --profile exited non-zero"
 fi
 "$train" --inference --precisions int4 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --inference --precisions int4 should exit 2"
+# INT8 asked for where it gives no row: refused with a line, not an empty table.
+"$train" --inference --models efficientnet_b0 --precisions int8 > "$work/int8_uncovered.log" 2>&1
+[ $? = 2 ] && grep -q 'INT8 inference runs on the CPU' "$work/int8_uncovered.log" ||
+  { cat "$work/int8_uncovered.log"; fail "bench_train --precisions int8 on efficientnet_b0 should exit 2 with a reason"; }
 
 [ "$fails" = 0 ] && echo "bench smoke: all passed"
 exit $((fails > 0))

@@ -16,8 +16,9 @@
 namespace kernels::cpu::int8 {
 
 namespace {
-// Rows one thread takes at a time: a multiple of each VNNI tile's rows (6, 12 or 24), small
-// enough that the chunk's gathered inputs stay in L2 while every output column block reads them.
+// Rows one thread takes at a time (at most, for products): a multiple of each VNNI tile's rows
+// (6, 12 or 24), small enough that the chunk's gathered inputs stay in L2 while every output
+// column block reads them.
 constexpr int64_t kRowChunk = 48;
 // Scratch slots (scratch.h): the convolution's gathered rows; a K-padded copy of A; the
 // portable path's sums; the zero-point-padded input (the calling thread's, read by all).

@@ -73,7 +73,7 @@ struct ConvGeometry {
 // it stands for 0.0) with packed KRSC weights (w.k = kernel * kernel * in_channels): NHWC output
 // [batch, out_height, out_width, w.n], epilogue as gemm_u8s8 (residual laid out as the output).
 // An implicit GEMM: with in_channels a multiple of 4 the kernels read each window from a padded
-// copy of x (a 1x1 stride-1 convolution from x itself); otherwise (odd channel counts; Int8Net
+// copy of x (a 1x1 stride-1 convolution from x itself); otherwise (channels not a multiple of 4; Int8Net
 // pads the 3-channel image to 4 first) each thread gathers its rows' windows first. The tile
 // paths always gather.
 void conv2d_u8s8(Int8Path path, const uint8_t* x, uint8_t x_zero_point, const ConvGeometry& g,

@@ -2,8 +2,8 @@
 // tiles of up to 6 rows x 64 outputs (12 x 32 or 24 x 16 for narrow layers) in 24 accumulators
 // (int8_vector_tiles.h), the epilogue of int8_gemm.h in vector form. Also the 256-bit tiles of the
 // AVX-VNNI path with VPDPBUSD in its EVEX encoding, so that path is tested on AVX-512 CPUs
-// (int8_avx_vnni.cpp has the VEX form). This file alone is compiled for AVX512-VNNI; called only
-// after cpu_int8_path() found it.
+// (int8_avx_vnni.cpp has the VEX form). This file alone is compiled for AVX512-VNNI; int8_gemm.cpp
+// calls its entry points (the EVEX twin too) only on CPUs with AVX512-VNNI.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -24,7 +24,8 @@ inline int64_t team_size() {
   return 1;
 #endif
 }
-// The team a parallel region started here would have.
+// The team a parallel region started here would have: 1 inside a parallel region (no nesting),
+// else OpenMP's thread count. Work is split by it before the region starts.
 inline int64_t max_team_size() {
 #if defined(_OPENMP)
   return omp_in_parallel() ? 1 : omp_get_max_threads();
