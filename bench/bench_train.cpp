@@ -612,15 +612,23 @@ int main(int argc, char** argv) {
                      precisions.c_str());
         return 2;
       }
-      // INT8 asked for by name where it gives no row: refused, not an empty table.
+      // Unknown models, and INT8 asked for by name where it gives no row: refused, not an empty table.
       const std::vector<std::string> models = split(model_list);
+      const std::vector<std::string>& known = models::model_names();
       const bool int8_asked = precisions_given && std::find(dtypes.begin(), dtypes.end(), DType::I8) != dtypes.end();
-      for (const std::string& m : models)
+      for (const std::string& m : models) {
+        if (std::find(known.begin(), known.end(), m) == known.end()) {
+          std::string list;
+          for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+          std::fprintf(stderr, "bench_train: unknown model '%s' (known: %s)\n", m.c_str(), list.c_str());
+          return 2;
+        }
         if (int8_asked && !int8_covers(m, device)) {
           std::fprintf(stderr, "bench_train: --precisions int8: INT8 inference runs on the CPU, for simplecnn, resnet9, "
                                "resnet18, resnet50 (not %s on %s)\n", m.c_str(), device_spec.c_str());
           return 2;
         }
+      }
       return run_inference(models, dtypes, batch, steps, rounds_given ? rounds : quick ? 1 : 5, quick, device, profile);
     }
     if (memory) {

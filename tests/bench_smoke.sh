@@ -74,6 +74,8 @@ else
   cat "$work/int8_profile.log"; fail "bench_train --inference --precisions int8 --profile exited non-zero"
 fi
 "$train" --inference --precisions int4 > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --inference --precisions int4 should exit 2"
+"$train" --inference --models resnet34 --precisions int8 > "$work/unknown.log" 2>&1
+[ $? = 2 ] && grep -q "unknown model 'resnet34'" "$work/unknown.log" || { cat "$work/unknown.log"; fail "bench_train --inference --models resnet34 should exit 2 naming it"; }
 # INT8 asked for where it gives no row: refused with a line, not an empty table.
 "$train" --inference --models efficientnet_b0 --precisions int8 > "$work/int8_uncovered.log" 2>&1
 [ $? = 2 ] && grep -q 'INT8 inference runs on the CPU' "$work/int8_uncovered.log" ||

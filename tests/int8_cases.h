@@ -6,7 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "catch2/catch.hpp"
 #include "kernels/cpu/int8_gemm.h"
@@ -65,6 +70,13 @@ struct Epilogue {
       ep.residual_zero_point = ep.residual_signed ? 0 : rng.between(0, 255);
       ep.residual_multiplier = static_cast<float>(rng.between(1, 300)) / 97.f;
     }
+  }
+  // The first channels' multipliers NaN, +inf and -inf (a damaged scale that got past the file
+  // checks): every path must clamp them as the reference does (a NaN to the low end).
+  void make_nonfinite() {
+    const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity()};
+    for (size_t j = 0; j < multiplier.size() && j < 3; ++j) multiplier[j] = special[j];
   }
   // ld: the residual's row stride (the output's).
   int32_t residual_at(int64_t m, int64_t ld, int64_t j) const {
@@ -134,9 +146,12 @@ inline void check_conv(k8::Int8Path path) {
     std::vector<int32_t> sums(want.size());
     k8::conv2d_u8s8(path, x.data(), zp, g, packed, nullptr, sums.data());
     REQUIRE(sums == want);
-    for (int variant = 0; variant < 2; ++variant) {
+    // uint8 out with ReLU and residual; int8 out; uint8 out without ReLU, with residual. The
+    // last two with non-finite multipliers in their first channels.
+    for (int variant = 0; variant < 3; ++variant) {
       const bool out_signed = variant == 1;
-      Epilogue e(rng, rows, c.cout, k, !out_signed, !out_signed, out_signed);
+      Epilogue e(rng, rows, c.cout, k, !out_signed, variant == 0, out_signed);
+      if (variant > 0) e.make_nonfinite();
       std::vector<uint8_t> got(want.size());
       k8::conv2d_u8s8(path, x.data(), zp, g, packed, &e.ep, got.data());
       int64_t wrong = 0;
@@ -146,7 +161,8 @@ inline void check_conv(k8::Int8Path path) {
           const uint8_t byte = static_cast<uint8_t>(out_signed ? static_cast<uint8_t>(static_cast<int8_t>(r)) : r);
           wrong += got[static_cast<size_t>(m * c.cout + j)] != byte;
         }
-      INFO((out_signed ? "int8 output" : "uint8 output, ReLU, residual"));
+      INFO((variant == 0 ? "uint8 output, ReLU, residual"
+                         : variant == 1 ? "int8 output, NaN/inf multipliers" : "uint8 output, residual, NaN/inf multipliers"));
       CHECK(wrong == 0);
     }
   }
@@ -154,7 +170,7 @@ inline void check_conv(k8::Int8Path path) {
 
 // Products with rows 1 to 128, K from 1 to 130 (row stride above K in some), 1 to 130 outputs,
 // output rows wider than n in some: the bytes past n (sentinels) must stay untouched.
-inline void check_gemm(k8::Int8Path path) {
+inline void check_gemm_cases(k8::Int8Path path) {
   Rng rng{7};
   const int64_t shapes[][5] = {{1, 1, 1, 1, 1},       {5, 3, 10, 3, 13},    {50, 13, 16, 20, 16},
                                {97, 64, 33, 64, 40},  {48, 67, 130, 67, 130}, {7, 130, 64, 136, 64},
@@ -203,7 +219,34 @@ inline void check_gemm(k8::Int8Path path) {
       }
     CHECK(wrong == 0);
     CHECK(overwritten == 0);
+    // int8 output without ReLU, non-finite multipliers in the first channels.
+    Epilogue s8(rng, rows, n, k, false, false, true, ldo);
+    s8.make_nonfinite();
+    k8::gemm_u8s8(path, a.data(), rows, lda, packed, &s8.ep, got.data(), ldo);
+    wrong = 0;
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t j = 0; j < n; ++j)
+        wrong += static_cast<int8_t>(got[static_cast<size_t>(m * ldo + j)]) !=
+                 reference_requant(want[static_cast<size_t>(m * n + j)], j, s8.ep, 0);
+    CHECK(wrong == 0);
   }
+}
+
+// The cases at several thread counts: the rows are cut into chunks by the team's size (1-row
+// chunks where there are fewer rows than threads).
+inline void check_gemm(k8::Int8Path path) {
+#if defined(_OPENMP)
+  struct Restore {
+    int threads = omp_get_max_threads();
+    ~Restore() { omp_set_num_threads(threads); }
+  } restore;
+  for (const int t : {1, 3, 5, 16}) {
+    omp_set_num_threads(t);
+    INFO(t << " threads");
+    check_gemm_cases(path);
+  }
+#endif
+  check_gemm_cases(path);
 }
 
 }  // namespace int8_cases

@@ -16,9 +16,9 @@
 namespace kernels::cpu::int8 {
 
 namespace {
-// Rows one thread takes at a time (at most, for products): a multiple of each VNNI tile's rows
-// (6, 12 or 24), small enough that the chunk's gathered inputs stay in L2 while every output
-// column block reads them.
+// Rows one thread takes at a time: a multiple of each VNNI tile's rows (6, 12 or 24), small
+// enough that the chunk's gathered inputs stay in L2 while every output column block reads them.
+// Products take at most this many, in chunks of any size shared evenly (a last partial tile each).
 constexpr int64_t kRowChunk = 48;
 // Scratch slots (scratch.h): the convolution's gathered rows; a K-padded copy of A; the
 // portable path's sums; the zero-point-padded input (the calling thread's, read by all).
@@ -216,18 +216,16 @@ void gemm_u8s8(Int8Path path, const uint8_t* a, int64_t rows, int64_t lda, const
                const Requant* ep, void* out, int64_t ldo) {
   check_path(path, w);
   if (rows <= 0) return;
-  // A whole number of equal chunks per thread, none over kRowChunk: a linear layer's few rows
-  // cut at 48 left a thread idle (64 rows as 48 + 16; 128 as 48 + 48 + 32 on two threads).
+  // A whole number of chunks per thread (as many rows each as can be, none over kRowChunk):
+  // cut at 48, a linear layer's rows were shared unevenly (128 rows as 48 + 48 + 32 on two threads).
   const int64_t team = max_team_size(), fewest = (rows + kRowChunk - 1) / kRowChunk;
-  const int64_t even_split = std::min(rows, (fewest + team - 1) / team * team);
-  const int64_t chunk_rows = (rows + even_split - 1) / even_split;
-  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows, padded = 4 * w.k4;
+  const int64_t chunks = std::min(rows, (fewest + team - 1) / team * team), padded = 4 * w.k4;
   // Rows shorter than the packed K are copied into zero-padded ones (the linear layers whose
   // inputs are not a multiple of 4 bytes, and every input of the tile paths: whole tiles).
   const bool tiles = tile_path(path), copy = tiles || lda < padded || w.k % 4 != 0;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t m0 = c * chunk_rows, m = std::min(chunk_rows, rows - m0);
+    const int64_t m0 = c * rows / chunks, m = (c + 1) * rows / chunks - m0;  // at most 48: chunks >= rows / 48
     const uint8_t* rows_a = a + m0 * lda;
     int64_t ld = lda;
     if (copy) {

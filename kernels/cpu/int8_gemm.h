@@ -49,7 +49,7 @@ struct Requant {
   const int32_t* correction = nullptr;  // [n]; nullptr: none
   const float* multiplier = nullptr;    // [n]: input scale * weight scale[j] / output scale
   const float* offset = nullptr;        // [n]: bias[j] / output scale
-  const void* residual = nullptr;       // [m][n] like the output, uint8 or int8
+  const void* residual = nullptr;       // [m][n] laid out as the output (rows ldo apart), uint8 or int8
   bool residual_signed = false;
   int32_t residual_zero_point = 0;
   float residual_multiplier = 0;        // residual scale / output scale
