@@ -308,9 +308,17 @@ double median_of(std::vector<double> xs) {
   return xs.size() % 2 ? xs[h] : (xs[h - 1] + xs[h]) / 2;
 }
 
+// "a, b, c".
+std::string comma_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 // The models the INT8 path covers (Int8Net's step list), on the CPU only.
+const std::vector<std::string> kInt8Models = {"simplecnn", "resnet9", "resnet18", "resnet50"};
 bool int8_covers(const std::string& model, engine::Device device) {
-  return device.is_cpu() && (model == "simplecnn" || model == "resnet9" || model == "resnet18" || model == "resnet50");
+  return device.is_cpu() && std::find(kInt8Models.begin(), kInt8Models.end(), model) != kInt8Models.end();
 }
 
 int run_inference(const std::vector<std::string>& model_names, const std::vector<DType>& dtypes, int64_t batch,
@@ -332,8 +340,8 @@ int run_inference(const std::vector<std::string>& model_names, const std::vector
       else if (int8_covers(m, device))
         order.push_back({DType::I8, true});
       else
-        std::printf("(%s: no int8 row: INT8 inference runs on the CPU, for simplecnn, resnet9, resnet18, resnet50)\n",
-                    m.c_str());
+        std::printf("(%s: no int8 row: INT8 inference runs on the CPU, for %s)\n", m.c_str(),
+                    comma_list(kInt8Models).c_str());
     // Round 0's results (memory, logits) and every round's images/s. The configurations of a
     // round run back to back, so a change of the machine's speed (VMs drift by a third between
     // seconds) reaches them alike; the ratios are the medians of each round's ratios.
@@ -551,7 +559,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
   int64_t batch = 0;
-  int steps = 0, rounds = 0;  // rounds: 0 when not given
+  int steps = 0, rounds = 0;  // rounds: 0 when not given or not a count
   bool quick = false, inference = false, memory = false, profile = false, precisions_given = false, rounds_given = false;
   std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
   for (int i = 1; i < argc; ++i) {
@@ -571,7 +579,7 @@ int main(int argc, char** argv) {
       const std::string v = next();
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
-      rounds = v.empty() || *end != '\0' || n < 1 || n > 1000 ? -1 : static_cast<int>(n), rounds_given = true;
+      rounds = v.empty() || *end != '\0' || n < 1 || n > 1000 ? 0 : static_cast<int>(n), rounds_given = true;
     }
     else if (a == "--json") json = next();
     else if (a == "--quick") quick = true;
@@ -618,14 +626,12 @@ int main(int argc, char** argv) {
       const bool int8_asked = precisions_given && std::find(dtypes.begin(), dtypes.end(), DType::I8) != dtypes.end();
       for (const std::string& m : models) {
         if (std::find(known.begin(), known.end(), m) == known.end()) {
-          std::string list;
-          for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-          std::fprintf(stderr, "bench_train: unknown model '%s' (known: %s)\n", m.c_str(), list.c_str());
+          std::fprintf(stderr, "bench_train: unknown model '%s' (known: %s)\n", m.c_str(), comma_list(known).c_str());
           return 2;
         }
         if (int8_asked && !int8_covers(m, device)) {
-          std::fprintf(stderr, "bench_train: --precisions int8: INT8 inference runs on the CPU, for simplecnn, resnet9, "
-                               "resnet18, resnet50 (not %s on %s)\n", m.c_str(), device_spec.c_str());
+          std::fprintf(stderr, "bench_train: --precisions int8: INT8 inference runs on the CPU, for %s (not %s on %s)\n",
+                       comma_list(kInt8Models).c_str(), m.c_str(), device_spec.c_str());
           return 2;
         }
       }

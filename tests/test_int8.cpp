@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -172,8 +171,7 @@ TEST_CASE("int8 kernels: every path on this CPU writes the same bits", "[int8]")
     int8_cases::Epilogue e(rng, rows, n, k, true, true, false);
     // Channels with a NaN, +inf and -inf multiplier: the clamp (as MAXPS/MINPS) must treat them
     // alike on every path. A NaN clamps to the ReLU floor: the output zero point.
-    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    e.multiplier[0] = nan, e.multiplier[1] = inf, e.multiplier[2] = -inf;
+    e.make_nonfinite();
     std::vector<uint8_t> first;
     for (k8::Int8Path p : paths) {
       INFO("path " << k8::int8_path_name(p) << ", " << cin << " channels");
