@@ -4,17 +4,15 @@ and reads the trainer's JSON log (one line every --log-every steps). After warm-
 two epochs: every shape, the evaluation's included, has been seen once):
   - the allocator's counts do not move at all: tensors alive, their bytes, blocks taken from
     the system (a leak of one tensor per step, or a shape never cached, shows at once);
-  - resident memory grows by less than --rss-slack MiB over the rest of the run;
-  - images/s does not drift down: the median of the last third of the log lines falls below
-    --speed-floor times BOTH yardsticks, the run's own first third and a fresh trainer process
-    run right after it (the same settings, 400 steps), only when the run itself slowed down.
-    This VM's host changes speed by 30% within seconds, so either yardstick alone fails by
-    chance: the first third alone when the host slows during the last third (seen in CI), the
-    fresh process alone when the host speeds up for its three seconds (seen in CI: the whole
-    run at 5,400-5,700, the fresh one at 7,300). A slowdown that grows with the steps (work or
-    lists that pile up) is below both.
+  - resident memory grows by less than --rss-slack MiB over the rest of the run.
+These are deterministic and fail the test. Images/s is printed (first and last third of the
+run) but fails nothing: this VM's host changes speed by 30% within a run, so a timed assertion
+fails by chance. With --check-speed (bench/soak.sh, for a quiet machine) a drift fails too: the
+last third's median below --speed-floor times BOTH yardsticks, the run's own first third and a
+fresh trainer process run right after it (the same settings, 8 epochs), so only a slowdown that
+grows with the steps (work or lists that pile up) counts.
 Prints a small table either way; exits 1 when a check fails.
-  python3 tests/soak.py TRAINER WORKDIR [--steps N] [--model M] [--precision P] ..."""
+  python3 tests/soak.py TRAINER WORKDIR [--steps N] [--model M] [--precision P] [--check-speed] ..."""
 import argparse
 import json
 import os
@@ -35,9 +33,11 @@ def main():
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rss-slack", type=float, default=4.0, help="MiB resident memory may grow after warm-up")
+    ap.add_argument("--check-speed", action="store_true",
+                    help="also fail on a drift in images/s (bench/soak.sh; never in the test suite)")
     ap.add_argument("--speed-floor", type=float, default=0.85,
-                    help="last third's median images/s over the first third's and over a fresh process's"
-                         " (quiet 2-core runs: 0.96-0.98); a drift must be below both")
+                    help="--check-speed: last third's median images/s over the first third's and over a fresh"
+                         " process's (quiet 2-core runs: 0.96-0.98); a drift must be below both")
     a = ap.parse_args()
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -60,7 +60,7 @@ def main():
         return [l for l in map(json.loads, open(log)) if l.get("event") == "step"]
 
     steps = train(a.steps, "soak")
-    fresh = train(8 * steps_per_epoch, "fresh")
+    fresh = train(8 * steps_per_epoch, "fresh") if a.check_speed else []
     if steps is None or fresh is None:
         return 1
     warm = [s for s in steps if s["step"] > 2 * steps_per_epoch]
@@ -84,12 +84,16 @@ def main():
     third = len(warm) // 3
     first = statistics.median(s["images_per_s"] for s in warm[:third])
     last = statistics.median(s["images_per_s"] for s in warm[-third:])
-    ref = statistics.median(s["images_per_s"] for s in fresh if s["step"] > 2 * steps_per_epoch)
-    print("%-20s %14.0f %14.0f %14s  (a fresh process right after: %.0f; last / first %.3f, last / fresh %.3f,"
-          " floor %.2f)" % ("images/s (median)", first, last, "", ref, last / first, last / ref, a.speed_floor))
-    if last < a.speed_floor * first and last < a.speed_floor * ref:
-        fails.append("images/s drifted down: %.0f at the end, %.0f in the first third, %.0f in a fresh process" % (
-            last, first, ref))
+    if not a.check_speed:
+        print("%-20s %14.0f %14.0f %14s  (printed only: timing fails nothing here; bench/soak.sh checks it)" % (
+            "images/s (median)", first, last, ""))
+    else:
+        ref = statistics.median(s["images_per_s"] for s in fresh if s["step"] > 2 * steps_per_epoch)
+        print("%-20s %14.0f %14.0f %14s  (a fresh process right after: %.0f; last / first %.3f, last / fresh %.3f,"
+              " floor %.2f)" % ("images/s (median)", first, last, "", ref, last / first, last / ref, a.speed_floor))
+        if last < a.speed_floor * first and last < a.speed_floor * ref:
+            fails.append("images/s drifted down: %.0f at the end, %.0f in the first third, %.0f in a fresh process" % (
+                last, first, ref))
     print("%d steps, %d log lines after warm-up (%d steps an epoch)" % (steps[-1]["step"], len(warm), steps_per_epoch))
     for f in fails:
         print("FAILED:", f)
