@@ -36,6 +36,7 @@
 #include "engine/random.h"
 #include "kernels/cpu/gemm.h"
 #include "models/int8_net.h"
+#include "models/cli.h"
 #include "models/models.h"
 #include "models/train_step.h"
 #ifdef ENGINE_WITH_CUDA
@@ -476,19 +477,6 @@ engine::MemoryStats measure_step_memory(const std::string& name, const MemoryCon
   return alloc.stats();
 }
 
-int64_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  const std::string unit = end ? end : "";
-  const double mult = unit == "GiB" ? 1024.0 * 1024 * 1024 : unit == "MiB" ? 1024.0 * 1024 : unit == "GB" ? 1e9 : unit.empty() ? 1.0 : -1;
-  if (!(v > 0) || mult < 0) {
-    std::fprintf(stderr, "bench_train: --max-batch-under expects a size like 80GiB, 512MiB or 8e10, got '%s'\n",
-                 s.c_str());
-    std::exit(2);
-  }
-  return static_cast<int64_t>(v * mult);
-}
-
 int run_memory(const std::vector<std::string>& model_names, const std::vector<int64_t>& batches, int64_t budget,
                engine::Device device) {
   auto mib = [](int64_t x) { return static_cast<double>(x) / (1024.0 * 1024.0); };
@@ -537,7 +525,9 @@ int run_memory(const std::vector<std::string>& model_names, const std::vector<in
         const double per = double(r.at(b2).total_peak - r.at(b1).total_peak) / double(b2 - b1);
         const double fixed = double(r.at(b1).total_peak) - per * double(b1);
         const double at256 = fixed + per * 256;
-        const int64_t max_batch = per > 0 ? static_cast<int64_t>((double(budget) - fixed) / per) : 0;
+        // 0 when not even one image fits; capped at 2^53 so the conversion is defined.
+        const double fit = per > 0 ? std::floor((double(budget) - fixed) / per) : 0;
+        const int64_t max_batch = static_cast<int64_t>(std::clamp(fit, 0.0, 9007199254740992.0));
         std::printf("  %-10s %-10s fixed %8.1f MiB + %7.2f MiB/image: batch 256 %9.1f MiB (%.3fx fp32), max batch %lld\n",
                     m.c_str(), c.name, fixed / (1 << 20), per / (1 << 20), at256 / (1 << 20), at256 / p32,
                     static_cast<long long>(max_batch));
@@ -547,105 +537,133 @@ int run_memory(const std::vector<std::string>& model_names, const std::vector<in
   return 0;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
+const char* const kUsage =
+    "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
+    "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one; --inference: also int8)\n"
+    "                   [--profile]   (CPU: then ms per step of each kernel, host wall time)\n"
+    "                   [--rounds N]  (--inference: times each configuration in N interleaved rounds; 5, --quick 1)\n"
+    "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n"
+    "Defaults: --models simplecnn,resnet9,resnet18; --batch 256 on a GPU, on the CPU 256 for simplecnn and 32\n"
+    "for the ResNets; --steps 10 / 3 on the CPU, 30 on a GPU (--quick 2).\n";
+
+struct BenchArgs {
+  std::string device = "cpu", json;
+  std::vector<std::string> models = {"simplecnn", "resnet9", "resnet18"};
+  int64_t batch = 0;  // 0: the per-model default
+  int steps = 0;      // 0: the per-model default
+  int rounds = 0;     // 0: not given
+  bool quick = false, inference = false, memory = false, profile = false, help = false;
+  std::vector<int64_t> batches = {8, 32};
+  int64_t budget = int64_t(80) << 30;
+  std::vector<std::string> precisions;  // empty: the mode's default list
+};
+
+// Every value checked here, before anything runs; throws models::UsageError.
+BenchArgs parse_bench_args(int argc, char** argv) {
+  BenchArgs a;
+  bool rounds_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    const size_t eq = flag.find('=');
+    const bool inline_value = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) value = flag.substr(eq + 1), flag = flag.substr(0, eq);
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) throw models::UsageError(flag + " needs a value");
+      return argv[++i];
+    };
+    bool* switch_flag = flag == "--quick"       ? &a.quick
+                        : flag == "--inference" ? &a.inference
+                        : flag == "--memory"    ? &a.memory
+                        : flag == "--profile"   ? &a.profile
+                                                : nullptr;
+    if (flag == "--help" || flag == "-h") {
+      a.help = true;
+      return a;
+    } else if (switch_flag) {
+      if (inline_value) throw models::UsageError(flag + " takes no value");
+      *switch_flag = true;
+    } else if (flag == "--device") {
+      a.device = next();
+    } else if (flag == "--models") {
+      a.models = models::parse_list(flag, next());
+      const std::vector<std::string>& known = models::model_names();
+      for (const std::string& m : a.models)
+        if (std::find(known.begin(), known.end(), m) == known.end())
+          throw models::UsageError("--models: unknown model '" + m + "' (known: " + comma_list(known) + ")");
+    } else if (flag == "--batch") {
+      a.batch = models::parse_int(flag, next(), 1);
+    } else if (flag == "--steps") {
+      a.steps = static_cast<int>(models::parse_int(flag, next(), 1, 1000000));
+    } else if (flag == "--rounds") {
+      a.rounds = static_cast<int>(models::parse_int(flag, next(), 1, 1000));
+      rounds_given = true;
+    } else if (flag == "--json") {
+      a.json = next();
+      if (a.json.empty()) throw models::UsageError("--json expects a file name");
+    } else if (flag == "--batches") {
+      a.batches.clear();
+      for (const std::string& b : models::parse_list(flag, next())) a.batches.push_back(models::parse_int(flag, b, 1));
+      std::sort(a.batches.begin(), a.batches.end());
+      a.batches.erase(std::unique(a.batches.begin(), a.batches.end()), a.batches.end());
+    } else if (flag == "--precisions") {
+      a.precisions = models::parse_list(flag, next());
+    } else if (flag == "--max-batch-under") {
+      a.budget = models::parse_bytes(flag, next());
+    } else {
+      throw models::UsageError("unknown option '" + flag + "'");
+    }
+  }
+  if (a.inference && a.memory) throw models::UsageError("--inference and --memory are separate runs");
+  if (a.inference && !a.json.empty()) throw models::UsageError("--json is not written for --inference (the table is the output)");
+  if (rounds_given && !a.inference) throw models::UsageError("--rounds applies to --inference only");
+  return a;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device_spec = "cpu", json, model_list = "simplecnn,resnet9,resnet18";
-  int64_t batch = 0;
-  int steps = 0, rounds = 0;  // rounds: 0 when not given or not a count
-  bool quick = false, inference = false, memory = false, profile = false, precisions_given = false, rounds_given = false;
-  std::string batches_list = "8,32", budget = "80GiB", precisions = "f32,f16,bf16";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_train: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device_spec = next();
-    else if (a == "--models") model_list = next();
-    else if (a == "--batch") batch = std::atoll(next().c_str());
-    else if (a == "--steps") steps = std::atoi(next().c_str());
-    else if (a == "--rounds") {
-      const std::string v = next();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      rounds = v.empty() || *end != '\0' || n < 1 || n > 1000 ? 0 : static_cast<int>(n), rounds_given = true;
-    }
-    else if (a == "--json") json = next();
-    else if (a == "--quick") quick = true;
-    else if (a == "--inference") inference = true;
-    else if (a == "--memory") memory = true;
-    else if (a == "--profile") profile = true;
-    else if (a == "--batches") batches_list = next();
-    else if (a == "--precisions") precisions = next(), precisions_given = true;
-    else if (a == "--max-batch-under") budget = next();
-    else {
-      std::fprintf(stderr, "usage: bench_train [--device cpu|cuda] [--models a,b] [--batch N] [--steps N] [--quick] [--inference] [--json FILE]\n"
-                           "                   [--precisions f32,f16,bf16]   (a subset, e.g. for a profile of one; --inference: also int8)\n"
-                           "                   [--profile]   (CPU: then ms per step of each kernel, host wall time)\n"
-                           "                   [--rounds N]  (--inference: times each configuration in N interleaved rounds; 5, --quick 1)\n"
-                           "       bench_train --memory [--models a,b] [--batches 8,32] [--max-batch-under 80GiB]\n");
-      return 2;
-    }
+  BenchArgs args;
+  try {
+    args = parse_bench_args(argc, argv);
+  } catch (const models::UsageError& e) {
+    return models::report_usage_error("bench_train", e);
   }
+  if (args.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (const int rc = models::report_environment_error()) return rc;
+  const std::string& device_spec = args.device;
+  const int64_t batch = args.batch;
+  const int steps = args.steps;
+  const bool quick = args.quick, profile = args.profile;
   try {
     const engine::Device device = engine::parse_device(device_spec);
-    if (inference && !json.empty()) {
-      std::fprintf(stderr, "bench_train: --json is not written for --inference (the table is the output)\n");
-      return 2;
+    // --precisions: names from the mode's list; they run in the order f32, f16, bf16, int8.
+    std::vector<std::pair<DType, std::string>> known = {{DType::F32, "f32"}, {DType::F16, "f16"}, {DType::BF16, "bf16"}};
+    if (args.inference) known.push_back({DType::I8, "int8"});
+    std::vector<std::string> known_names;
+    for (const auto& k : known) known_names.push_back(k.second);
+    const std::vector<std::string> wanted = args.precisions.empty() ? known_names : args.precisions;
+    std::vector<DType> dtypes;
+    for (const auto& [dt, name] : known)
+      if (std::find(wanted.begin(), wanted.end(), name) != wanted.end()) dtypes.push_back(dt);
+    if (dtypes.size() != wanted.size())
+      throw models::UsageError("--precisions expects a list of " + comma_list(known_names) + " without repeats, got '" +
+                               comma_list(wanted) + "'");
+    if (args.inference) {
+      // INT8 asked for by name where it gives no row: refused, not an empty table.
+      const bool int8_asked = !args.precisions.empty() && dtypes.back() == DType::I8;
+      for (const std::string& m : args.models)
+        if (int8_asked && !int8_covers(m, device))
+          throw models::UsageError("--precisions int8: INT8 inference runs on the CPU, for " + comma_list(kInt8Models) +
+                                   " (not " + m + " on " + device_spec + ")");
+      return run_inference(args.models, dtypes, batch, steps, args.rounds > 0 ? args.rounds : quick ? 1 : 5, quick,
+                           device, profile);
     }
-    if (rounds_given && (rounds < 1 || !inference)) {
-      std::fprintf(stderr, "bench_train: --rounds expects a count from 1 to 1000, with --inference\n");
-      return 2;
-    }
-    if (inference) {
-      // The dtypes to run, fp32, fp16, bf16 and int8 in that order whatever the list's.
-      const std::vector<std::string> wanted = split(precisions_given ? precisions : "f32,f16,bf16,int8");
-      std::vector<DType> dtypes;
-      for (const auto& [dt, name] : std::vector<std::pair<DType, std::string>>{
-               {DType::F32, "f32"}, {DType::F16, "f16"}, {DType::BF16, "bf16"}, {DType::I8, "int8"}})
-        if (std::find(wanted.begin(), wanted.end(), name) != wanted.end()) dtypes.push_back(dt);
-      if (dtypes.size() != wanted.size() || dtypes.empty()) {
-        std::fprintf(stderr, "bench_train: --precisions expects a list of f32, f16, bf16, int8 (got '%s')\n",
-                     precisions.c_str());
-        return 2;
-      }
-      // Unknown models, and INT8 asked for by name where it gives no row: refused, not an empty table.
-      const std::vector<std::string> models = split(model_list);
-      const std::vector<std::string>& known = models::model_names();
-      const bool int8_asked = precisions_given && std::find(dtypes.begin(), dtypes.end(), DType::I8) != dtypes.end();
-      for (const std::string& m : models) {
-        if (std::find(known.begin(), known.end(), m) == known.end()) {
-          std::fprintf(stderr, "bench_train: unknown model '%s' (known: %s)\n", m.c_str(), comma_list(known).c_str());
-          return 2;
-        }
-        if (int8_asked && !int8_covers(m, device)) {
-          std::fprintf(stderr, "bench_train: --precisions int8: INT8 inference runs on the CPU, for %s (not %s on %s)\n",
-                       comma_list(kInt8Models).c_str(), m.c_str(), device_spec.c_str());
-          return 2;
-        }
-      }
-      return run_inference(models, dtypes, batch, steps, rounds_given ? rounds : quick ? 1 : 5, quick, device, profile);
-    }
-    if (memory) {
-      std::vector<int64_t> bs;
-      for (const std::string& b : split(batches_list)) bs.push_back(std::atoll(b.c_str()));
-      std::sort(bs.begin(), bs.end());
-      if (bs.empty() || bs.front() < 1) {
-        std::fprintf(stderr, "bench_train: --batches expects sizes >= 1 like 8,32\n");
-        return 2;
-      }
-      return run_memory(split(model_list), bs, parse_bytes(budget), device);
+    if (args.memory) {
+      return run_memory(args.models, args.batches, args.budget, device);
     }
     // The yardstick for model FLOP/s: the GEMM peak per dtype (the CPU widens 16-bit
     // operands to FP32, so its FP32 peak serves all three).
@@ -661,16 +679,8 @@ int main(int argc, char** argv) {
     }
     std::printf("%-10s %-5s %6s %10s %10s %8s %9s %7s %10s %10s %10s %10s\n", "model", "prec", "batch", "img/s", "step ms",
                 "epoch s", "GFLOP/s", "%peak", "peak MiB", "weights", "grads+opt", "activ.");
-    std::vector<DType> dtypes;  // in the order fp32, fp16, bf16, whatever the list's order
-    const std::vector<std::string> wanted = split(precisions);
-    for (DType dt : {DType::F32, DType::F16, DType::BF16})
-      if (std::find(wanted.begin(), wanted.end(), engine::dtype_name(dt)) != wanted.end()) dtypes.push_back(dt);
-    if (dtypes.size() != wanted.size() || dtypes.empty()) {
-      std::fprintf(stderr, "bench_train: --precisions expects a list of f32, f16, bf16 (got '%s')\n", precisions.c_str());
-      return 2;
-    }
     std::vector<Result> results;
-    for (const std::string& m : split(model_list)) {
+    for (const std::string& m : args.models) {
       // CPU: small batches and few steps keep the big ResNets to seconds.
       const int64_t b = batch > 0 ? batch : device.is_cpu() ? (m == "simplecnn" ? 256 : 32) : 256;
       const int s = steps > 0 ? steps : quick ? 2 : (device.is_cpu() ? (m == "simplecnn" ? 10 : 3) : 30);
@@ -697,10 +707,10 @@ int main(int argc, char** argv) {
       if (r.profiled_steps)
         print_profile(r.model + " " + r.precision, r.batch, r.profiled_steps, r.profiled_step_ms, r.kernels,
                       "outside kernels (tape, allocation)");
-    if (!json.empty()) {
-      FILE* f = std::fopen(json.c_str(), "w");
+    if (!args.json.empty()) {
+      FILE* f = std::fopen(args.json.c_str(), "w");
       if (!f) {
-        std::fprintf(stderr, "bench_train: cannot write %s\n", json.c_str());
+        std::fprintf(stderr, "bench_train: cannot write %s\n", args.json.c_str());
         return 1;
       }
       std::fprintf(f, "{\"benchmark\":\"train_step\",\"device\":\"%s\",\"results\":[", device.str().c_str());
@@ -727,6 +737,8 @@ int main(int argc, char** argv) {
       std::fprintf(f, "]}\n");
       std::fclose(f);
     }
+  } catch (const models::UsageError& e) {
+    return models::report_usage_error("bench_train", e);
   } catch (const engine::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return 1;

@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
     std::fputs(models::kPredictUsage, stdout);
     return 0;
   }
+  if (const int rc = models::report_environment_error()) return rc;
   return models::run_reporting_errors([&] {
     try {
       return run(o);

@@ -2,8 +2,6 @@
 #include "models/predict_args.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 
 #include "models/models.h"
 
@@ -12,15 +10,6 @@ namespace models {
 namespace {
 
 [[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x < lo || errno == ERANGE)
-    usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return x;
-}
 
 }  // namespace
 
@@ -112,9 +101,7 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
     } else if (arg == "--batch-size") {
       o.batch_size = parse_int(arg, next(), 1);
     } else if (arg == "--threads") {
-      const int64_t n = parse_int(arg, next(), 1);
-      if (n > kMaxThreads) usage_error("--threads expects at most " + std::to_string(kMaxThreads) + ", got '" + std::to_string(n) + "'");
-      o.threads = static_cast<int>(n);
+      o.threads = static_cast<int>(parse_int(arg, next(), 1, kMaxThreads));
     } else if (is_flag || arg == "-") {
       usage_error("unknown option '" + arg + "'");
     } else {

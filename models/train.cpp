@@ -822,6 +822,12 @@ int main(int argc, char** argv) {
     engine::dist::finalize();
     return models::report_usage_error("trainer", e);
   }
+  if (cfg.action != models::ArgsAction::Help) {
+    if (const int rc = models::report_environment_error()) {
+      engine::dist::finalize();
+      return rc;
+    }
+  }
   if (cfg.action == models::ArgsAction::Help) {
     std::fputs(models::kTrainerUsage, stdout);
   } else if (cfg.action == models::ArgsAction::Version) {

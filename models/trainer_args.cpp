@@ -1,10 +1,6 @@
 // The trainer's command line (models/trainer_args.h): every flag, its check and its default.
 #include "models/trainer_args.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -109,31 +105,12 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   TrainerConfig c;
   c.args.assign(argv, argv + argc);
   std::map<std::string, std::function<void(const std::string&)>> valued;
-  auto to_int = [](const std::string& flag, const std::string& v, int64_t lo) {
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < lo || errno == ERANGE)
-      usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-    return static_cast<int64_t>(x);
-  };
+  auto to_int = [](const std::string& flag, const std::string& v, int64_t lo) { return parse_int(flag, v, lo); };
   auto to_double = [](const std::string& flag, const std::string& v, double lo, bool lo_open) {
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end || !std::isfinite(x) || x < lo || (lo_open && x == lo))
-    {
-      char bound[32];
-      std::snprintf(bound, sizeof bound, "%g", lo);  // "0", not std::to_string's "0.000000"
-      usage_error(flag + " expects a number " + (lo_open ? "> " : ">= ") + bound + ", got '" + v + "'");
-    }
-    return x;
+    return parse_number(flag, v, lo, lo_open);
   };
   auto choice = [](const std::string& flag, const std::string& v, std::initializer_list<const char*> ok) {
-    for (const char* o : ok)
-      if (v == o) return v;
-    std::string all;
-    for (const char* o : ok) all += std::string(all.empty() ? "" : ", ") + o;
-    usage_error(flag + " must be one of " + all + ", got '" + v + "'");
+    return parse_choice(flag, v, std::vector<std::string>(ok.begin(), ok.end()));
   };
   valued["--model"] = [&](const std::string& v) {
     c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"});
@@ -177,11 +154,7 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
   valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
   valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
-  valued["--threads"] = [&](const std::string& v) {
-    const int64_t n = to_int("--threads", v, 1);
-    if (n > kMaxThreads) usage_error("--threads expects at most " + std::to_string(kMaxThreads) + ", got '" + v + "'");
-    c.threads = static_cast<int>(n);
-  };
+  valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(parse_int("--threads", v, 1, kMaxThreads)); };
   valued["--accumulate"] = [&](const std::string& v) { c.accumulate = to_int("--accumulate", v, 1); };
   valued["--timeout"] = [&](const std::string& v) { c.timeout = to_double("--timeout", v, 0, true); };
   valued["--log-every"] = [&](const std::string& v) { c.log_every = to_int("--log-every", v, 1); };

@@ -48,6 +48,35 @@ fi
 for bad in 0 -1 2x ""; do
   "$train" --inference --rounds "$bad" > /dev/null 2>&1; [ $? = 2 ] || fail "bench_train --rounds '$bad' should exit 2"
 done
+# Bad values are refused before anything runs: exit 2, the error on the first line, no table.
+# (--batch 0 and big benchmarked batch 256 and exited 0; --models "" printed an empty table;
+# 1e999GiB was converted from infinity to an integer.)
+refused() {  # refused WHAT-THE-LINE-SAYS ARGS...: exit 2, the first line says it, stdout empty
+  local want="$1"; shift
+  "$train" "$@" > "$work/refused.out" 2> "$work/refused.err"; local rc=$?
+  if [ "$rc" != 2 ] || ! head -1 "$work/refused.err" | grep -qF -- "$want" || [ -s "$work/refused.out" ]; then
+    fail "bench_train $* -> exit $rc, stdout $(wc -c < "$work/refused.out") bytes, stderr: $(head -2 "$work/refused.err")"
+  fi
+}
+refused "--batch expects an integer >= 1, got '0'" --batch 0
+refused "--batch expects an integer >= 1, got 'big'" --batch big
+refused "--steps expects an integer" --steps -3
+refused "--models expects a comma-separated list" --models ""
+refused "--models expects a comma-separated list" --models ,
+refused "--models: unknown model 'resnet34'" --memory --models resnet34
+refused "--max-batch-under expects a size like 80GiB" --memory --max-batch-under 1e999GiB
+refused "--max-batch-under expects a size like 80GiB" --memory --max-batch-under 0
+refused "--batches expects an integer >= 1, got '0'" --memory --batches 0,8
+refused "--rounds applies to --inference only" --rounds 3
+refused "unknown option '--bogus'" --bogus
+refused "--quick takes no value" --quick=1
+# The environment switches: the same rule as the trainer's, even where the run never reads one.
+ENGINE_CPU_ISA=avx9 refused "error: ENGINE_CPU_ISA must be one of" --memory --models simplecnn --batches 1,2
+ENGINE_INT8_PATH=vnni9 refused "error: ENGINE_INT8_PATH must be one of" --memory --models simplecnn --batches 1,2
+ENGINE_CUDNN_LOG=yes refused "error: ENGINE_CUDNN_LOG must be 0 or 1" --memory --models simplecnn --batches 1,2
+# Empty is unset: the run goes on.
+ENGINE_CPU_ISA= ENGINE_INT8_PATH= "$train" --memory --models simplecnn --batches 1,2 > "$work/memory.log" 2>&1 &&
+  grep -q 'max batch' "$work/memory.log" || { cat "$work/memory.log"; fail "bench_train --memory with empty switches"; }
 
 # Inference: resnet9 has batch-norm, so each dtype gets an unfolded and a folded row.
 # Two rounds: the rows are still one per configuration, the ratios the rounds' medians.

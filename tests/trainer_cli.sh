@@ -39,7 +39,7 @@ if [ "$rc" = 0 ] && grep -q -- "--precision P" <<<"$help" && grep -q -- "--inspe
 expect 2 "--clip-grad-norm expects a number > 0, got '0'" -- --clip-grad-norm 0
 expect 2 "--deterministic takes no value" -- --deterministic=1
 expect 2 "--checkpoint-every needs --checkpoint FILE" -- --checkpoint-every 10
-expect 2 "--threads expects at most 4096" -- --threads 2147483648
+expect 2 "--threads expects an integer from 1 to 4096, got '2147483648'" -- --threads 2147483648
 expect 2 "--epochs expects an integer >= 1, got '99999999999999999999'" -- --epochs 99999999999999999999
 expect 2 "--checkpoint-every expects an integer >= 1" -- --checkpoint-every 0 --checkpoint x.ckpt
 # --version: the build, the CPU ISA in use, and in a CUDA build the loaded vs built library versions.
@@ -53,6 +53,17 @@ err=$(ENGINE_CPU_ISA=avx9 "$trainer" --version 2>&1 >/dev/null); rc=$?
 if [ "$rc" = 2 ] && [ "$(wc -l <<<"$err")" = 1 ] && grep -q "^error: ENGINE_CPU_ISA must be one of" <<<"$err"; then
   pass "ENGINE_CPU_ISA=avx9 -> exit 2, one line"
 else fail "ENGINE_CPU_ISA=avx9 -> exit $rc: $err"; fi
+# The other switches follow the same rule (one line, exit 2), checked at start even on a run
+# that would never read them; an empty switch counts as unset.
+for sw in ENGINE_INT8_PATH=vnni9 ENGINE_CUDNN_LOG=yes; do
+  err=$(env "$sw" "$trainer" --device cpu --synthetic --synthetic-size 100 --max-steps 1 2>&1 >/dev/null); rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <<<"$err")" = 1 ] && grep -q "^error: ${sw%%=*} must be" <<<"$err"; then
+    pass "$sw -> exit 2, one line"
+  else fail "$sw -> exit $rc: $err"; fi
+done
+if ENGINE_CPU_ISA= ENGINE_INT8_PATH= ENGINE_CUDNN_LOG= "$trainer" --version >/dev/null 2>&1; then
+  pass "empty environment switches count as unset"
+else fail "empty environment switches refused"; fi
 # --deterministic is accepted (a no-op on the CPU, which repeats bit for bit anyway).
 if "$trainer" --device cpu --synthetic --synthetic-size 100 --batch-size 50 --max-steps 1 --deterministic --threads 2 \
      >/dev/null 2>&1; then pass "--deterministic runs"; else fail "--deterministic"; fi

@@ -92,14 +92,44 @@ const char* cpu_isa_name(CpuIsa isa) {
   return "?";
 }
 
+namespace {
+
+constexpr CpuIsa kAllIsas[] = {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16, CpuIsa::Amx};
+
+std::string unknown_cap_message(const std::string& cap) {
+  return "ENGINE_CPU_ISA must be one of generic, avx2, avx512, avx512_bf16, amx; got '" + cap + "'";
+}
+
+bool known_cap(const std::string& cap) {
+  for (CpuIsa i : kAllIsas)
+    if (cap == cpu_isa_name(i)) return true;
+  return false;
+}
+
+}  // namespace
+
+const char* env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string cpu_isa_env_error() {
+  const char* cap = env_switch("ENGINE_CPU_ISA");
+  return cap && !known_cap(cap) ? unknown_cap_message(cap) : "";
+}
+
+void exit_bad_env_switch(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(2);
+}
+
 CpuIsa resolve_cpu_isa(const CpuFeatures& f, const std::string& cap, bool (*ask_amx)(std::string* why),
                        std::string* note) {
   CpuIsa limit = CpuIsa::Amx;
   if (!cap.empty()) {
-    bool known = false;
-    for (CpuIsa i : {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16, CpuIsa::Amx})
-      if (cap == cpu_isa_name(i)) limit = i, known = true;
-    ENGINE_CHECK(known, "ENGINE_CPU_ISA must be one of generic, avx2, avx512, avx512_bf16, amx; got '" << cap << "'");
+    ENGINE_CHECK(known_cap(cap), unknown_cap_message(cap));
+    for (CpuIsa i : kAllIsas)
+      if (cap == cpu_isa_name(i)) limit = i;
   }
   CpuIsa best = CpuIsa::Generic;
   if (f.avx2 && f.fma && f.os_avx) best = CpuIsa::Avx2;
@@ -117,7 +147,7 @@ CpuIsa resolve_cpu_isa(const CpuFeatures& f, const std::string& cap, bool (*ask_
 
 CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
-    const char* cap = std::getenv("ENGINE_CPU_ISA");
+    const char* cap = env_switch("ENGINE_CPU_ISA");
     std::string note;
     CpuIsa i = CpuIsa::Generic;
     try {
@@ -125,9 +155,7 @@ CpuIsa cpu_isa() {
       if (!amx_kernels_built()) f.amx_tile = false;  // nothing here could use it
       i = resolve_cpu_isa(f, cap ? cap : "", request_amx_permission, &note);
     } catch (const Error& e) {
-      // A misspelt cap in the environment: one line and a usage exit, whoever asked first.
-      std::fprintf(stderr, "error: %s\n", e.message().c_str());
-      std::exit(2);
+      exit_bad_env_switch(e.message());  // a misspelt cap: whoever asked first
     }
     if (!note.empty()) std::fprintf(stderr, "engine: %s\n", note.c_str());
     return i;
@@ -150,9 +178,9 @@ std::string cpu_isa_report() {
   add(f.amx_tile, "amx_tile");
   add(f.amx_bf16, "amx_bf16");
   add(f.amx_int8, "amx_int8");
-  const char* cap = std::getenv("ENGINE_CPU_ISA");
+  const char* cap = env_switch("ENGINE_CPU_ISA");
   return std::string("CPU ISA: ") + cpu_isa_name(cpu_isa()) + " for the matrix-unit kernels (CPU has: " +
-         (has.empty() ? "none of these" : has) + (cap && *cap ? std::string("; capped by ENGINE_CPU_ISA=") + cap : "") +
+         (has.empty() ? "none of these" : has) + (cap ? std::string("; capped by ENGINE_CPU_ISA=") + cap : "") +
          ")";
 }
 

@@ -39,4 +39,15 @@ const char* cpu_isa_name(CpuIsa isa);
 // One line for --version and the benchmarks: the ISA in use, what the CPU has, the cap.
 std::string cpu_isa_report();
 
+// The engine's environment switches (ENGINE_CPU_ISA, ENGINE_INT8_PATH, ENGINE_CUDNN_LOG) follow
+// one rule: unset or empty means the default; any other value must be one the switch names,
+// else the program ends with one `error:` line and exit code 2 (the tools check them all at
+// start, models/cli.h; the kernels, whichever reads one first otherwise).
+// The switch's value, or nullptr when unset or empty.
+const char* env_switch(const char* name);
+// Why ENGINE_CPU_ISA is refused ("" when it is unset, empty or a known name).
+std::string cpu_isa_env_error();
+// Ends the process as the rule says: "error: <message>" on stderr, exit code 2.
+[[noreturn]] void exit_bad_env_switch(const std::string& message);
+
 }  // namespace kernels::cpu

@@ -69,32 +69,57 @@ bool amx_int8_available() {
 
 bool tile_path(Int8Path p) { return p == Int8Path::AmxEmulated || p == Int8Path::Amx; }
 
+namespace {
+
+// The path ENGINE_INT8_PATH asks for (`forced`, nullptr when unset or empty), or the best this
+// CPU runs; throws when the name is unknown or the CPU lacks the path.
+Int8Path int8_path_from_env(const char* forced) {
+  if (forced) {
+    const std::string f = forced;
+    if (f == "generic") return Int8Path::Generic;
+    if (f == "amx_emulated") return Int8Path::AmxEmulated;
+    ENGINE_CHECK(f == "avx_vnni" || f == "avx512_vnni" || f == "amx",
+                 "ENGINE_INT8_PATH must be one of generic, avx_vnni, avx512_vnni, amx_emulated, amx; got '" << f << "'");
+    if (f == "avx_vnni") {
+      ENGINE_CHECK(avx_vnni_path_available(),
+                   "ENGINE_INT8_PATH=avx_vnni on a CPU (or ENGINE_CPU_ISA) without AVX-VNNI or AVX512-VNNI");
+      return Int8Path::AvxVnni;
+    }
+    if (f == "amx") {
+      ENGINE_CHECK(amx_int8_available(), "ENGINE_INT8_PATH=amx on a CPU (or ENGINE_CPU_ISA, or an OS) without AMX-INT8");
+      return Int8Path::Amx;
+    }
+    ENGINE_CHECK(vnni_available(), "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
+    return Int8Path::Avx512Vnni;
+  }
+  return amx_int8_available()   ? Int8Path::Amx
+         : vnni_available()     ? Int8Path::Avx512Vnni
+         : vex_vnni_available() ? Int8Path::AvxVnni
+                                : Int8Path::Generic;
+}
+
+}  // namespace
+
 Int8Path cpu_int8_path() {
   static const Int8Path path = [] {
-    if (const char* forced = std::getenv("ENGINE_INT8_PATH")) {
-      const std::string f = forced;
-      if (f == "generic") return Int8Path::Generic;
-      if (f == "amx_emulated") return Int8Path::AmxEmulated;
-      ENGINE_CHECK(f == "avx_vnni" || f == "avx512_vnni" || f == "amx",
-                   "ENGINE_INT8_PATH='" << f << "': choose generic, avx_vnni, avx512_vnni, amx_emulated or amx");
-      if (f == "avx_vnni") {
-        ENGINE_CHECK(avx_vnni_path_available(),
-                     "ENGINE_INT8_PATH=avx_vnni on a CPU (or ENGINE_CPU_ISA) without AVX-VNNI or AVX512-VNNI");
-        return Int8Path::AvxVnni;
-      }
-      if (f == "amx") {
-        ENGINE_CHECK(amx_int8_available(), "ENGINE_INT8_PATH=amx on a CPU (or ENGINE_CPU_ISA, or an OS) without AMX-INT8");
-        return Int8Path::Amx;
-      }
-      ENGINE_CHECK(vnni_available(), "ENGINE_INT8_PATH=avx512_vnni on a CPU (or ENGINE_CPU_ISA) without AVX512-VNNI");
-      return Int8Path::Avx512Vnni;
+    try {
+      return int8_path_from_env(env_switch("ENGINE_INT8_PATH"));
+    } catch (const Error& e) {
+      exit_bad_env_switch(e.message());
     }
-    return amx_int8_available() ? Int8Path::Amx
-           : vnni_available()   ? Int8Path::Avx512Vnni
-           : vex_vnni_available() ? Int8Path::AvxVnni
-                                  : Int8Path::Generic;
   }();
   return path;
+}
+
+std::string int8_path_env_error() {
+  const char* forced = env_switch("ENGINE_INT8_PATH");
+  if (!forced) return "";
+  try {
+    int8_path_from_env(forced);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
 }
 
 std::vector<Int8Path> int8_paths_available() {

@@ -20,7 +20,11 @@ namespace kernels::cpu::int8 {
 // with the EVEX encoding of the same instruction on AVX512-VNNI CPUs without AVX-VNNI, so its
 // code is tested there too.
 enum class Int8Path { Generic, AvxVnni, Avx512Vnni, AmxEmulated, Amx };
+// Decided at the first call; a bad or unavailable ENGINE_INT8_PATH ends the process as
+// cpu_isa.h's rule for environment switches says (one line, exit code 2).
 Int8Path cpu_int8_path();
+// Why ENGINE_INT8_PATH is refused on this CPU ("" when unset, empty or usable here).
+std::string int8_path_env_error();
 const char* int8_path_name(Int8Path p);
 // Every path this CPU can run (Generic first): what the bit-exactness tests compare.
 std::vector<Int8Path> int8_paths_available();
