@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the section functions are called through "section_$name" (indirectly)
-# bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. The first call checks
-# what matters most first, in this order, each section with a time cap (seconds):
+# bench/gpu_check.sh: the ONE script to run on the GPU (H200) machine. Every call runs env,
+# configure, build (only the targets its sections need) and versions, then its own sections,
+# each with a time cap (seconds). The first call runs what must come back first, in this order:
 #
 #   env          the driver line first (a driver too old for the CUDA runtime: one verdict,      0
 #                nothing else runs); nvcc (a pip nvcc without libcudart.so / libcudart_static.a
 #                gets a link folder), cuDNN/cuBLASLt/NCCL (toolkit or pip nvidia-*), Catch2/stb
-#   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here                  60
-#   build        only what the GPU sections run (engine_cuda_tests, trainer, benchmarks)      180
-#   versions     trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built        15
+#   configure    CMake, CUDA backend on, sm_90; a missing cuDNN stops it here                  30
+#   build        the call's targets (call 1: engine_cuda_tests, trainer; about 400 s on one     140
+#                core, so a minute or so on the GPU machine's 16)
+#   versions     trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built        10
 #                with, and the file of each library the loader mapped
-#   cuda_tests   the [cuda] test binary with CUDA_LAUNCH_BLOCKING=1 (a fault names its          120
-#                launch) and NCCL_DEBUG=WARN (a failed one-rank init says why), deterministic
-#   train        the default recipe (simplecnn, Adam, batch 256) in fp32 and fp16 for           90
-#                GPU_CHECK_EPOCHS (2) epochs on the CIFAR-10 copy: accuracy, images/s, memory
+#   cuda_tests   the [cuda] test binary but its [nccl] cases, CUDA_LAUNCH_BLOCKING=1 (a fault   75
+#                names its launch), deterministic
+#   train        the default recipe (simplecnn, Adam, batch 256) in fp16, then fp32, for        55
+#                GPU_CHECK_EPOCHS (2) epochs on the CIFAR-10 copy: accuracy, images/s, memory;
+#                fp16 (the headline) first, fp32 in what fp16 leaves of the cap
+#   nccl_tests   the [nccl] cases (a one-rank communicator) apart, NCCL_SOCKET_IFNAME=lo,      20
+#                NCCL_DEBUG=INFO (a stalled start-up shows how far it got): a stall costs this
+#                line only, after everything else of the call has come back
+#
+# The second call, GPU_CHECK_CALL=2 (configure and build are incremental while the machine is
+# still warm, and pytorch then finds call 1's training logs for its table):
 #   pytorch      PyTorch eager AMP on the same data and recipe, and the comparison table         60
 #   bench        bench_kernels --quick (vs cuBLASLt/cuDNN, vs copy bandwidth) and bench_train    60
 #
-# The first call's budget is GPU_CHECK_BUDGET (330 s, build included), so that a second, fixed
-# call still fits in the 15 minutes of device time a session has, machine starts included.
-# Pass the device call a timeout_s of the budget + 30 s (the dry run prints it).
+# A call's budget is GPU_CHECK_BUDGET (330 s, build included), and each call's caps add up to no
+# more (the dry run prints the sums), so that two calls fit in the 15 minutes of device time a
+# session has, machine start included. Pass each device call a timeout_s of the budget + 30 s
+# (the dry run prints it).
 #
-# Further sections run only when named in GPU_CHECK_ONLY (a second call; the build is
+# Further sections run only when named in GPU_CHECK_ONLY (a later call; the build is
 # incremental if the build folder is still there):
 #   sanitizer    compute-sanitizer memcheck on the small [cuda][sanitize] tests                120
 #   cpu_tests    the whole CPU CTest suite (CI runs it already)                                240
@@ -48,7 +58,8 @@
 #   logs.tar.gz        every log and JSON file of the run, each cut to its last 4 MiB
 #   fail_<name>.log    the logs of up to 4 failed sections, each cut to its last 2 MiB
 #
-#   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout
+#   bash bench/gpu_check.sh             on the GPU machine, from anywhere in the checkout: call 1
+#   GPU_CHECK_CALL=2 bash bench/gpu_check.sh   call 2 (pytorch, bench)
 #   bash bench/gpu_check.sh --dry-run   anywhere: walks the sections and prints the plan, runs nothing
 #   bash bench/gpu_check.sh --prepare   on the development machine, BEFORE the GPU call:
 #                                       copies the header-only build dependencies the GPU
@@ -58,10 +69,11 @@
 #   source bench/gpu_check.sh           defines the functions and runs nothing (tests/gpu_check_selftest.sh)
 #
 # Environment knobs: GPU_CHECK_BUILD (build dir, default build-gpu), GPU_CHECK_BUDGET,
-# GPU_CHECK_ONLY (e.g. "sanitizer resnet": only those sections after env, configure and build),
-# GPU_CHECK_EPOCHS (train/pytorch epochs, default 2), GPU_CHECK_PRECISIONS (default "fp32
-# fp16"), GPU_CHECK_COMMIT (the commit to report when the copy there has no .git), CUDNN_ROOT
-# (skip the search), OUT (a folder whose files come back from the GPU machine).
+# GPU_CHECK_CALL (1 or 2: that call's sections), GPU_CHECK_ONLY (e.g. "sanitizer resnet": only
+# those sections after env, configure, build and versions; over GPU_CHECK_CALL),
+# GPU_CHECK_EPOCHS (train/pytorch epochs, default 2), GPU_CHECK_PRECISIONS (default "fp16
+# fp32", run in that order), GPU_CHECK_COMMIT (the commit to report when the copy there has no
+# .git), CUDNN_ROOT (skip the search), OUT (a folder whose files come back from the GPU machine).
 #
 # The GPU image has nvcc, CMake, ninja and PyTorch; cuDNN and cuBLAS may live only in
 # PyTorch's nvidia-* pip packages, found here through python3 and handed to CMake as hints.
@@ -74,11 +86,12 @@ DEPS="$ROOT/.gpu_deps"
 BUDGET="${GPU_CHECK_BUDGET:-330}"
 TIMEOUT_MARGIN=30   # the device call's timeout_s is BUDGET + this: room for the last publish
 EPOCHS="${GPU_CHECK_EPOCHS:-2}"
-PRECISIONS="${GPU_CHECK_PRECISIONS:-fp32 fp16}"
+PRECISIONS="${GPU_CHECK_PRECISIONS:-fp16 fp32}"  # the headline first: a short call still brings it back
 PUBLISH_EVERY="${GPU_CHECK_PUBLISH_EVERY:-30}"
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 LOGDIR="$BUILD/gpu_check_logs"
+PREV_TRAIN="$BUILD/gpu_check_prev_train"  # the last call's train logs, for call 2's PyTorch table
 # PyTorch runs with the loader path it came with: the CUDA libraries our build linked (put first
 # after configure) may be other copies than those its wheels were built against.
 ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
@@ -86,15 +99,22 @@ TORCH_PY=(env "LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH" python3)
 ROWS="$LOGDIR/summary.rows"        # "name|verdict|detail", one per finished section
 CURRENT="$LOGDIR/current.section"  # "name|start second" of the section in flight
 
-# name|cap seconds|what it runs (the plan --dry-run prints)
-DEFAULT_SECTIONS=(
+# name|cap seconds|what it runs (the plan --dry-run prints). Every call runs COMMON_SECTIONS,
+# then its own: call 1 CALL1_SECTIONS, call 2 (GPU_CHECK_CALL=2) CALL2_SECTIONS, a later call
+# those GPU_CHECK_ONLY names. Each call's caps add up to no more than the budget (330 s).
+COMMON_SECTIONS=(
   "env|0|nvidia-smi's driver line and verdict; nvcc (cudart link folder if needed), cuDNN, cuBLASLt, NCCL, Catch2, stb_image"
-  "configure|60|cmake -DENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
-  "build|180|cmake --build: engine_cuda_tests trainer predict bench_kernels bench_train"
-  "versions|15|trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built, files loaded"
-  "cuda_tests|120|CUDA_LAUNCH_BLOCKING=1 NCCL_DEBUG=WARN engine_cuda_tests (deterministic cuDNN)"
-  "train|90|trainer --device cuda --precision {$PRECISIONS} --epochs $EPOCHS"
-  "pytorch|60|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py"
+  "configure|30|cmake -DENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+  "build|140|cmake --build: the targets of the call's sections"
+  "versions|10|trainer --version: CUDA runtime/driver, cuBLASLt, cuDNN loaded vs built, files loaded"
+)
+CALL1_SECTIONS=(
+  "cuda_tests|75|CUDA_LAUNCH_BLOCKING=1 engine_cuda_tests \"~[nccl]\" (deterministic cuDNN)"
+  "train|55|trainer --device cuda --precision {$PRECISIONS} --epochs $EPOCHS, in that order"
+  "nccl_tests|20|NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO engine_cuda_tests \"[nccl]\" (one-rank communicator)"
+)
+CALL2_SECTIONS=(
+  "pytorch|60|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py with call 1's train logs"
   "bench|60|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
 )
 EXTRA_SECTIONS=(
@@ -106,6 +126,7 @@ EXTRA_SECTIONS=(
   "numerics|60|trainer --device cuda --inspect-numerics 2 --detect-anomaly --fp32-layers fc1; =strict overflow"
   "export|150|trainer 1 epoch + --export; predict --device cuda; pytorch_eval.py; export_predict.sh"
 )
+ALL_SECTIONS=("${COMMON_SECTIONS[@]}" "${CALL1_SECTIONS[@]}" "${CALL2_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}")
 
 # ---- helpers ---------------------------------------------------------------------------------
 say() { printf '\n== [%4d s] %s\n' "$(( $(date +%s) - START ))" "$*"; }
@@ -145,10 +166,34 @@ verdict_for() {
 }
 cap_of() {  # the cap of section $1 from the plan
   local row
-  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
+  for row in "${ALL_SECTIONS[@]}"; do
     [ "${row%%|*}" = "$1" ] && { local c; IFS='|' read -r _ c _ <<< "$row"; echo "$c"; return; }
   done
   echo 60
+}
+call_of() {  # which call runs section $1: every, 1, 2 or later (named in GPU_CHECK_ONLY)
+  local row
+  for row in "${COMMON_SECTIONS[@]}"; do [ "${row%%|*}" = "$1" ] && { echo every; return; }; done
+  for row in "${CALL1_SECTIONS[@]}"; do [ "${row%%|*}" = "$1" ] && { echo 1; return; }; done
+  for row in "${CALL2_SECTIONS[@]}"; do [ "${row%%|*}" = "$1" ] && { echo 2; return; }; done
+  echo later
+}
+caps_sum() {  # caps_sum ROW...: the caps of those plan rows added up
+  local row c total=0
+  for row in "$@"; do IFS='|' read -r _ c _ <<< "$row"; total=$((total + c)); done
+  echo "$total"
+}
+in_plan() {  # in_plan NAME...: true when PLAN holds any of them
+  local row want
+  for row in "${PLAN[@]}"; do for want in "$@"; do [ "${row%%|*}" = "$want" ] && return 0; done; done
+  return 1
+}
+build_targets() {  # what the plan's sections run, and no more: call 1 builds only the first two
+  local t=(trainer)
+  in_plan cuda_tests nccl_tests sanitizer racecheck && t=(engine_cuda_tests "${t[@]}")
+  in_plan export && t+=(predict)
+  in_plan bench && t+=(bench_kernels bench_train)
+  echo "${t[*]}"
 }
 
 # ---- what comes back: $OUT, at most 8 files ----------------------------------------------------
@@ -158,7 +203,7 @@ MAX_FAIL_LOGS=4   # summary + console + logs.tar.gz + 4 = 7, and one .part while
 logs_of() {  # the logs a section writes, for its fail_<name>.log
   local d="$LOGDIR"
   case "$1" in
-    configure|build|versions|cuda_tests) echo "$d/$1.log" ;;
+    configure|build|versions|cuda_tests|nccl_tests) echo "$d/$1.log" ;;
     sanitizer) echo "$d/sanitizer_memcheck.log" ;;
     racecheck) echo "$d/sanitizer_racecheck.log" ;;
     train) echo "$d"/train_*.log ;;
@@ -497,7 +542,7 @@ section_configure() {
 }
 
 section_build() {
-  local targets=(engine_cuda_tests trainer predict bench_kernels bench_train)
+  local targets; read -r -a targets <<< "$(build_targets)"
   say "build ($(nproc) jobs): ${targets[*]}"
   local t0 rc=0; t0=$(date +%s)
   run_capped "$(cap_of build)" cmake --build "$BUILD" --parallel "$(nproc)" --target "${targets[@]}" \
@@ -543,10 +588,10 @@ PY
 }
 
 section_cuda_tests() {
-  say "the [cuda] tests (CUDA_LAUNCH_BLOCKING=1, NCCL_DEBUG=WARN)"
+  say "the [cuda] tests but [nccl] (CUDA_LAUNCH_BLOCKING=1)"
   local t0 rc=0; t0=$(date +%s)
-  # NCCL_DEBUG=WARN: a one-rank communicator that cannot start in this sandbox says why.
-  CUDA_LAUNCH_BLOCKING=1 NCCL_DEBUG=WARN run_capped "$(cap_of cuda_tests)" "$BUILD/engine_cuda_tests" --durations yes \
+  # "~[nccl]": NCCL's start-up has no timeout of its own; section_nccl_tests runs those apart.
+  CUDA_LAUNCH_BLOCKING=1 run_capped "$(cap_of cuda_tests)" "$BUILD/engine_cuda_tests" "~[nccl]" --durations yes \
       > "$LOGDIR/cuda_tests.log" 2>&1 || rc=$?
   # Failures in full (Catch2 prints them between rules), then the totals.
   grep -v -E "^[0-9.]+ s: " "$LOGDIR/cuda_tests.log" | tail -150
@@ -556,12 +601,36 @@ section_cuda_tests() {
   else record cuda_tests "$(verdict_for "$rc")" "rc $rc: ${totals:-no Catch2 totals (crash or timeout)}"; fi
 }
 
+# The [nccl] cases (a one-rank communicator), last in call 1 and under their own short cap: a
+# start-up that stalls in the VM costs this line only. NCCL_SOCKET_IFNAME=lo: one rank needs no
+# other interface; NCCL_DEBUG=INFO: a stall shows the last step it reached. No
+# CUDA_LAUNCH_BLOCKING: blocking launches can deadlock NCCL's kernels against its proxy thread.
+section_nccl_tests() {
+  say "the [nccl] tests (NCCL_SOCKET_IFNAME=lo, NCCL_DEBUG=INFO)"
+  local t0 rc=0 log="$LOGDIR/nccl_tests.log"; t0=$(date +%s)
+  NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO run_capped "$(cap_of nccl_tests)" "$BUILD/engine_cuda_tests" "[nccl]" \
+      --durations yes > "$log" 2>&1 || rc=$?
+  tail -40 "$log"
+  local totals last
+  totals=$(grep -E "^(All tests passed|test cases:)" "$log" | tail -1)
+  last=$(grep -E "NCCL (INFO|WARN)" "$log" | tail -1 | cut -c1-200)
+  if grep -q "No test cases matched" "$log"; then record nccl_tests skipped "no [nccl] cases: built without NCCL"
+  elif [ "$rc" = 77 ]; then record nccl_tests FAILED "$(grep -o 'SKIPPED.*' "$log" | head -1)"
+  elif [ "$rc" = 0 ] && [ -n "$totals" ]; then record nccl_tests ok "$totals ($(( $(date +%s) - t0 )) s)"
+  else
+    local v; v=$(verdict_for "$rc")
+    if [ "$v" = FAILED ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
+      record nccl_tests FAILED "stalled past its $(cap_of nccl_tests) s cap; last NCCL line: ${last:-none}"
+    else record nccl_tests "$v" "rc $rc: ${totals:-no Catch2 totals}; last NCCL line: ${last:-none}"; fi
+  fi
+}
+
 section_cpu_tests() {
   say "ctest: the CPU suite"
   local rc=0
   run_capped 200 cmake --build "$BUILD" --parallel "$(nproc)" > "$LOGDIR/build_all.log" 2>&1 || rc=$?
   if [ "$rc" != 0 ]; then record cpu_tests "$(verdict_for "$rc")" "build of the CPU suite: rc $rc"; return 0; fi
-  run_capped "$(cap_of cpu_tests)" ctest --test-dir "$BUILD" --output-on-failure --parallel "$(nproc)" -E '^cuda_tests$' \
+  run_capped "$(cap_of cpu_tests)" ctest --test-dir "$BUILD" --output-on-failure --parallel "$(nproc)" -E '^cuda_(nccl_)?tests$' \
       --timeout 240 --output-junit "$LOGDIR/ctest_cpu.xml" > "$LOGDIR/ctest_cpu.log" 2>&1 || rc=$?
   grep -E "tests passed|tests failed|\*\*\*|Failed|Total Test time" "$LOGDIR/ctest_cpu.log" | tail -40
   local p f s; read -r p f s <<< "$(junit_counts "$LOGDIR/ctest_cpu.xml")"
@@ -608,17 +677,21 @@ PY
 }
 
 # The default recipe in each precision, EPOCHS epochs: test accuracy, images/s, peak memory.
+# PRECISIONS in order (fp16, the headline, first), each in what the earlier ones left of the
+# section's cap: only the first has the whole cap, so only it can be a hang (FAILED); a later
+# one cut short ran out of time (not-run).
 section_train() {
-  say "trainer: the default recipe in $PRECISIONS, $EPOCHS epochs"
+  say "trainer: the default recipe in $PRECISIONS (in that order), $EPOCHS epochs"
   ensure_data
-  local p rows="" verdict=ok cap per
-  cap=$(cap_of train)
-  per=$(( cap / $(echo "$PRECISIONS" | wc -w) ))
+  local p rows="" verdict=ok end first=1
+  end=$(( $(date +%s) + $(cap_of train) ))
   for p in $PRECISIONS; do
     local log="$LOGDIR/train_$p.jsonl" rc=0
     rm -f "$log"
-    run_capped "$per" "$BUILD/trainer" --device cuda --precision "$p" --epochs "$EPOCHS" "${DATA_ARGS[@]}" \
+    run_capped $(( end - $(date +%s) )) "$BUILD/trainer" --device cuda --precision "$p" --epochs "$EPOCHS" "${DATA_ARGS[@]}" \
         --log "$log" > "$LOGDIR/train_$p.log" 2>&1 || rc=$?
+    [ "$first" = 1 ] || SHORTENED=1
+    first=0
     tail -8 "$LOGDIR/train_$p.log"
     if [ "$rc" = 0 ] && grep -q '"event":"summary"' "$log" 2>/dev/null; then rows="$rows $(summary_of "$log" "$p")"
     else
@@ -646,12 +719,18 @@ pytorch_side_by_side() {
       --precision amp-fp16 --epochs "$EPOCHS" --data-mode gpu "${cache_args[@]}" --tf32 off "${extra[@]+"${extra[@]}"}" \
       --json "$out" > "$LOGDIR/pytorch_$mode.log" 2>&1 || rc=$?
   tail -5 "$LOGDIR/pytorch_$mode.log"
-  local ours=() f
-  for f in "$LOGDIR"/train_fp32.jsonl "$LOGDIR"/train_fp16.jsonl; do [ -f "$f" ] && ours+=("$f"); done
+  # Ours: this call's train logs, else call 1's kept on this (warm) machine by gpu_check_main.
+  local ours=() f d whose="" table
+  for d in "$LOGDIR" "$PREV_TRAIN"; do
+    for f in "$d"/train_fp32.jsonl "$d"/train_fp16.jsonl; do [ -f "$f" ] && ours+=("$f"); done
+    [ ${#ours[@]} -gt 0 ] && { [ "$d" = "$PREV_TRAIN" ] && whose=" (ours from an earlier call)"; break; }
+  done
+  table="table in compare_$mode.md$whose"
+  [ ${#ours[@]} -gt 0 ] || table="no table: no train logs of ours on this machine (a fresh one: add train to GPU_CHECK_ONLY)"
   if [ "$rc" = 0 ] && [ -f "$out" ] && [ ${#ours[@]} -gt 0 ]; then
     python3 "$ROOT/bench/compare.py" "${ours[@]}" "$out" --json "$LOGDIR/compare_$mode.json" | tee "$LOGDIR/compare_$mode.md"
   fi
-  if [ "$rc" = 0 ]; then record "$name" ok "$mode AMP ran; table in compare_$mode.md"
+  if [ "$rc" = 0 ]; then record "$name" ok "$mode AMP ran; $table"
   else record "$name" "$(verdict_for "$rc")" "$mode rc $rc (see pytorch_$mode.log)"; fi
 }
 section_pytorch() { pytorch_side_by_side pytorch eager; }
@@ -822,37 +901,57 @@ deps_line() {
   fi
 }
 
-PLAN=()
-make_plan() {  # PLAN = the default sections, or env/configure/build/versions + GPU_CHECK_ONLY's
-  PLAN=("${DEFAULT_SECTIONS[@]}")
+PLAN=() PLAN_NAME=""
+# PLAN = the common sections, then call 1's (the default) or call 2's (GPU_CHECK_CALL=2), or
+# those GPU_CHECK_ONLY names (in the table's order).
+make_plan() {
+  case "${GPU_CHECK_CALL:-1}" in
+    1) PLAN=("${COMMON_SECTIONS[@]}" "${CALL1_SECTIONS[@]}") PLAN_NAME="call 1" ;;
+    2) PLAN=("${COMMON_SECTIONS[@]}" "${CALL2_SECTIONS[@]}") PLAN_NAME="call 2" ;;
+    *) echo "gpu_check: GPU_CHECK_CALL is 1 or 2 (a later call names its sections in GPU_CHECK_ONLY)" >&2; return 2 ;;
+  esac
   [ -n "${GPU_CHECK_ONLY:-}" ] || return 0
-  PLAN=()
-  local row name want found
-  for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do
+  PLAN=() PLAN_NAME="GPU_CHECK_ONLY"
+  local row name want found common
+  common=$(for row in "${COMMON_SECTIONS[@]}"; do printf '%s ' "${row%%|*}"; done)
+  for row in "${ALL_SECTIONS[@]}"; do
     name="${row%%|*}"
-    case " env configure build versions ${GPU_CHECK_ONLY} " in *" $name "*) PLAN+=("$row") ;; esac
+    case " $common${GPU_CHECK_ONLY} " in *" $name "*) PLAN+=("$row") ;; esac
   done
   # Section names that exist nowhere are a typo: say so rather than run less than asked.
   for want in $GPU_CHECK_ONLY; do
     found=0
-    for row in "${DEFAULT_SECTIONS[@]}" "${EXTRA_SECTIONS[@]}"; do [ "${row%%|*}" = "$want" ] && found=1; done
+    for row in "${ALL_SECTIONS[@]}"; do [ "${row%%|*}" = "$want" ] && found=1; done
     if [ "$found" = 0 ]; then echo "gpu_check: unknown section '$want' in GPU_CHECK_ONLY" >&2; return 2; fi
   done
 }
 
+names_of() {  # names_of ROW...: the section names, space-separated
+  local row; for row in "$@"; do printf '%s ' "${row%%|*}"; done | sed 's/ $//'
+}
+
 dry_run() {
-  echo "gpu_check plan (dry run: nothing is run), budget ${BUDGET} s, build dir ${BUILD#"$ROOT"/}"
+  echo "gpu_check plan (dry run: nothing is run): ${PLAN_NAME}, budget ${BUDGET} s, build dir ${BUILD#"$ROOT"/}"
   deps_line
-  local total=0 row name cap what
+  local total row name cap what
+  total=$(caps_sum "${PLAN[@]}")
   for row in "${PLAN[@]}"; do
     IFS='|' read -r name cap what <<< "$row"
-    total=$((total + cap))
-    printf '  %-11s cap %4s s  %s\n' "$name" "$cap" "$what"
+    [ "$name" = build ] && what="cmake --build: $(build_targets)"
+    printf '  %-11s cap %4s s  call %-5s  %s\n' "$name" "$cap" "$(call_of "$name")" "$what"
   done
-  echo "caps add up to ${total} s; sections that no longer fit in ${BUDGET} s are reported not-run"
+  if [ "$total" -le "$BUDGET" ]; then echo "caps add up to ${total} s, within the ${BUDGET} s budget"
+  else echo "caps add up to ${total} s, over the ${BUDGET} s budget: the sections that no longer fit are reported not-run"; fi
   echo "device call: timeout_s $((BUDGET + TIMEOUT_MARGIN)) (the budget + ${TIMEOUT_MARGIN} s), carry [\".gpu_deps\"]"
   echo "\$OUT gets summary.md, console.log, logs.tar.gz and fail_<section>.log for up to ${MAX_FAIL_LOGS} failed sections, after every section"
-  echo "later calls: GPU_CHECK_ONLY=\"$(for r in "${EXTRA_SECTIONS[@]}"; do printf '%s ' "${r%%|*}"; done | sed 's/ $//')\" (any subset)"
+  local common all1 all2
+  common=$(names_of "${COMMON_SECTIONS[@]}")
+  all1=$(caps_sum "${COMMON_SECTIONS[@]}" "${CALL1_SECTIONS[@]}")
+  all2=$(caps_sum "${COMMON_SECTIONS[@]}" "${CALL2_SECTIONS[@]}")
+  echo "which call runs what (each device call: timeout_s $((BUDGET + TIMEOUT_MARGIN)), carry [\".gpu_deps\"]; every call runs $common first):"
+  echo "  call 1: bash bench/gpu_check.sh                   $(names_of "${CALL1_SECTIONS[@]}"); caps ${all1} s of ${BUDGET} s"
+  echo "  call 2: GPU_CHECK_CALL=2 bash bench/gpu_check.sh  $(names_of "${CALL2_SECTIONS[@]}"); caps ${all2} s of ${BUDGET} s (an incremental build on the still-warm machine)"
+  echo "  later:  GPU_CHECK_ONLY=\"$(names_of "${EXTRA_SECTIONS[@]}")\" (any subset; its --dry-run adds up their caps)"
 }
 
 prepare() {
@@ -888,9 +987,17 @@ on_signal() {
   exit "$1"
 }
 
+# An earlier call's train logs (call 1's, on a machine still warm) outlive its log folder:
+# call 2's PyTorch table compares with them. A call that trained replaces them.
+keep_train_logs() {
+  compgen -G "$LOGDIR/train_*.jsonl" > /dev/null || return 0
+  rm -rf "$PREV_TRAIN" && mkdir -p "$PREV_TRAIN" && cp "$LOGDIR"/train_*.jsonl "$PREV_TRAIN/"
+}
+
 # The sections of the plan in order, each timed, its verdict recorded and $OUT refreshed after
 # it; a ticker refreshes $OUT every PUBLISH_EVERY seconds while a section runs.
 gpu_check_main() {
+  keep_train_logs
   rm -rf "$LOGDIR"  # a warm machine may hold an earlier call's logs and tables
   mkdir -p "$LOGDIR"
   if [ -n "${OUT:-}" ] && [ ! -d "$OUT" ]; then echo "gpu_check: OUT=$OUT is not a folder: nothing will come back"; fi

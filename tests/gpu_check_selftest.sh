@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh without a GPU: its plan (--dry-run), the driver verdict, the cudart link
-# folder for a pip nvcc, the library folders it exports, and what comes back from the device
-# call ($OUT): written after every section and by its ticker, at most 8 plain files under
-# 16 MiB, also when the run is stopped by a signal or killed outright in the middle of a section.
-# The sections themselves are replaced by stand-ins that write logs (some huge) and verdicts.
+# bench/gpu_check.sh without a GPU: its plan (--dry-run: the order, which call runs what, each
+# call's caps within its budget), the driver verdict, the cudart link folder for a pip nvcc, the
+# library folders it exports, the [cuda] run without its [nccl] cases and those on their own line
+# (a stall there is that line's FAILED and no more), the training order (fp16 first), and what
+# comes back from the device call ($OUT): written after every section and by its ticker, at most
+# 8 plain files under 16 MiB, also when the run is stopped by a signal or killed outright in the
+# middle of a section. Sections and binaries are replaced by stand-ins.
 #   tests/gpu_check_selftest.sh WORKDIR
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,9 +22,30 @@ plan=$(bash "$script" --dry-run)
 check "dry run prints the timeout_s to pass (budget 330 + 30)" grep -q "timeout_s 360" <<< "$plan"
 check "the first call's budget is 330 s" grep -q "budget 330 s" <<< "$plan"
 check "compute-sanitizer is not in the first call" bash -c '! grep -qE "^  sanitizer " <<< "$1"' _ "$plan"
-check "its order: env, configure, build, versions, cuda_tests, train, pytorch, bench" \
+check "call 1's order: env, configure, build, versions, cuda_tests, train, nccl_tests" \
   test "$(sed -nE 's/^  ([a-z_]+) +cap.*/\1/p' <<< "$plan" | paste -sd' ' -)" = \
-       "env configure build versions cuda_tests train pytorch bench"
+       "env configure build versions cuda_tests train nccl_tests"
+check "call 1's caps add up to no more than its budget" \
+  bash -c 'n=$(sed -nE "s/^caps add up to ([0-9]+) s, within the 330 s budget$/\1/p" <<< "$1"); [ -n "$n" ] && [ "$n" -le 330 ]' _ "$plan"
+check "call 1 builds only the [cuda] binary and the trainer" grep -qE "^  build +cap +[0-9]+ s  call every +cmake --build: engine_cuda_tests trainer$" <<< "$plan"
+check "each of call 1's own sections says call 1" \
+  test "$(grep -cE "^  (cuda_tests|train|nccl_tests) +cap +[0-9]+ s  call 1 " <<< "$plan")" = 3
+check "the [cuda] run leaves out [nccl]; those run with NCCL_SOCKET_IFNAME=lo" \
+  bash -c 'grep -qE "^  cuda_tests .*~\[nccl\]" <<< "$1" && grep -qE "^  nccl_tests .*NCCL_SOCKET_IFNAME=lo .*\"\[nccl\]\"" <<< "$1"' _ "$plan"
+check "fp16 trains first" grep -qE "^  train .*--precision \{fp16 fp32\}" <<< "$plan"
+check "the dry run says which call runs what" \
+  bash -c 'grep -qE "^  call 1: bash bench/gpu_check.sh +cuda_tests train nccl_tests; caps [0-9]+ s of 330 s$" <<< "$1" &&
+           grep -qE "^  call 2: GPU_CHECK_CALL=2 bash bench/gpu_check.sh +pytorch bench; caps [0-9]+ s of 330 s" <<< "$1" &&
+           grep -qE "^  later: +GPU_CHECK_ONLY=\"sanitizer .*export\"" <<< "$1"' _ "$plan"
+plan_call2=$(GPU_CHECK_CALL=2 bash "$script" --dry-run)
+check "call 2: env, configure, build, versions, pytorch, bench" \
+  test "$(sed -nE 's/^  ([a-z_]+) +cap.*/\1/p' <<< "$plan_call2" | paste -sd' ' -)" = \
+       "env configure build versions pytorch bench"
+check "call 2's caps add up to no more than its budget" \
+  bash -c 'n=$(sed -nE "s/^caps add up to ([0-9]+) s, within the 330 s budget$/\1/p" <<< "$1"); [ -n "$n" ] && [ "$n" -le 330 ]' _ "$plan_call2"
+check "call 2 builds the trainer and the benchmarks" grep -qE "cmake --build: trainer bench_kernels bench_train$" <<< "$plan_call2"
+GPU_CHECK_CALL=3 bash "$script" --dry-run > /dev/null 2>&1
+check "GPU_CHECK_CALL=3 is refused (exit 2)" test $? = 2
 plan2=$(GPU_CHECK_ONLY="sanitizer" bash "$script" --dry-run)
 check "GPU_CHECK_ONLY=sanitizer adds it after the build" grep -qE "^  sanitizer +cap" <<< "$plan2"
 GPU_CHECK_ONLY="bogus" bash "$script" --dry-run > /dev/null 2>&1
@@ -85,8 +108,78 @@ EOF
 check "the library folders CMake used, symlinks resolved, no duplicates" \
   test "$(runtime_library_dirs "$work/CMakeCache.txt" | paste -sd: -)" = "$work/libs/cublas:$work/libs/cudnn"
 
+# ---- call 2's PyTorch table: call 1's train logs outlive its log folder ----------------------------
+mkdir -p "$LOGDIR" && echo '{"event":"summary"}' > "$LOGDIR/train_fp16.jsonl"
+keep_train_logs
+check "a call that trained leaves its train logs for the next" test -s "$PREV_TRAIN/train_fp16.jsonl"
+rm -f "$LOGDIR"/train_*.jsonl
+keep_train_logs
+check "a call that did not train keeps the earlier ones" test -s "$PREV_TRAIN/train_fp16.jsonl"
+
+# ---- sections against stand-in binaries -------------------------------------------------------------
+# section_with NAME DIR CAP [MODE...]: runs section NAME alone (its cap CAP s) with stand-ins for
+# the trainer and engine_cuda_tests in DIR; each logs its arguments (and NCCL_SOCKET_IFNAME) to
+# DIR/calls and does what its MODE says: the trainer "hang_fp16", "hang_fp32" or nothing; the
+# test binary "hang" (an NCCL start-up that never ends), "nomatch" (no [nccl] case) or passes.
+# Prints the section's summary row.
+section_with() {
+  local name="$1" dir="$2" cap="$3"; shift 3
+  rm -rf "$dir" && mkdir -p "$dir/build"
+  cat > "$dir/build/trainer" <<'EOF2'
+#!/usr/bin/env bash
+p="" log=""; while [ $# -gt 0 ]; do case "$1" in --precision) p="$2" ;; --log) log="$2" ;; esac; shift; done
+echo "trainer $p" >> "$(dirname "$0")/../calls"
+case " $FAKE_MODE " in *" hang_$p "*) exec sleep 60 ;; esac
+echo '{"event":"summary","test_accuracy":50.0,"images_per_s":1000,"peak_bytes":1048576}' > "$log"
+EOF2
+  cat > "$dir/build/engine_cuda_tests" <<'EOF2'
+#!/usr/bin/env bash
+echo "tests $1 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-}" >> "$(dirname "$0")/../calls"
+case "$FAKE_MODE" in
+  hang) echo "host:1:1 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>"; exec sleep 60 ;;
+  nomatch) echo "No test cases matched '$1'"; echo "No tests ran"; exit 0 ;;
+  *) echo "All tests passed (3 assertions in 1 test case)" ;;
+esac
+EOF2
+  chmod +x "$dir/build/trainer" "$dir/build/engine_cuda_tests"
+  FAKE_MODE="$*" GPU_CHECK_BUILD="$dir/build" bash -c '
+    source "$1"
+    mkdir -p "$LOGDIR"
+    CAP="$3"; cap_of() { echo "$CAP"; }
+    ensure_data() { DATA_ARGS=(--synthetic) DATA_WHERE="stand-in data"; }
+    "section_$2" > "$LOGDIR/section.out" 2>&1
+    cat "$ROWS"' _ "$script" "$name" "$cap"
+}
+# Those that wait for a cap run side by side (about 11 s in all).
+section_with train "$work/sec_train_ok" 11 > "$work/row_train_ok" &
+section_with train "$work/sec_train_fp32_hang" 11 hang_fp32 > "$work/row_train_fp32_hang" &
+section_with train "$work/sec_train_fp16_hang" 11 hang_fp16 > "$work/row_train_fp16_hang" &
+section_with nccl_tests "$work/sec_nccl_hang" 10 hang > "$work/row_nccl_hang" &
+t0=$(date +%s)
+section_with cuda_tests "$work/sec_cuda" 30 > "$work/row_cuda"
+section_with nccl_tests "$work/sec_nccl_ok" 30 > "$work/row_nccl_ok"
+section_with nccl_tests "$work/sec_nccl_none" 30 nomatch > "$work/row_nccl_none"
+wait
+waited=$(( $(date +%s) - t0 ))
+check "train: fp16 first, then fp32" test "$(cut -d' ' -f2 "$work/sec_train_ok/calls" | paste -sd' ' -)" = "fp16 fp32"
+check "train: both ran, ok" grep -qE '^train\|ok\|stand-in data: fp16 50.00% .* fp32 50.00%' "$work/row_train_ok"
+check "train: fp32 cut by what fp16 left of the cap is not-run, not a hang" \
+  grep -qE '^train\|not-run\|.*fp16 50.00%.* fp32: not-run \(rc 124\)' "$work/row_train_fp32_hang"
+check "train: fp16 over the whole cap is a hang (FAILED), fp32 then not-run" \
+  grep -qE '^train\|FAILED\|.*fp16: FAILED \(rc 124\); fp32: not-run' "$work/row_train_fp16_hang"
+check "cuda_tests: the binary gets \"~[nccl]\"" grep -qx 'tests ~\[nccl\] NCCL_SOCKET_IFNAME=' "$work/sec_cuda/calls"
+check "cuda_tests: its own row" grep -qE '^cuda_tests\|ok\|All tests passed' "$work/row_cuda"
+check "nccl_tests: the binary gets \"[nccl]\" with NCCL_SOCKET_IFNAME=lo" grep -qx 'tests \[nccl\] NCCL_SOCKET_IFNAME=lo' "$work/sec_nccl_ok/calls"
+check "nccl_tests: its own row" grep -qE '^nccl_tests\|ok\|All tests passed' "$work/row_nccl_ok"
+check "nccl_tests: a stalled start-up is FAILED with the last NCCL line" \
+  grep -qE '^nccl_tests\|FAILED\|stalled past its 10 s cap; last NCCL line: .*NCCL INFO Bootstrap' "$work/row_nccl_hang"
+# A hang guard, not a speed bound: the stand-ins sleep 60 s, so anything under 55 s means the
+# cap (10-11 s) ended them.
+check "nccl_tests: the stall ended at its cap (the section runs took $waited s)" test "$waited" -lt 55
+check "nccl_tests: a build without NCCL is skipped" grep -qE '^nccl_tests\|skipped\|' "$work/row_nccl_none"
+
 # ---- $OUT: a run with stand-in sections ------------------------------------------------------------
-# fake_run OUT SIGNAL: the default plan plus a section that hangs; sections write logs (some of
+# fake_run OUT SIGNAL: call 1's plan, call 2's sections and a section that hangs; sections write logs (some of
 # them 20-30 MiB of random bytes) and five of them fail. While the last one hangs, the whole
 # process group gets SIGNAL, as the device tool stops a call at its time limit.
 fake_run() {
@@ -102,10 +195,11 @@ fake_run() {
     section_versions() { echo "versions: stand-in" | tee "$LOGDIR/versions.log"; record versions FAILED "stand-in"; }
     section_cuda_tests() { big "$LOGDIR/cuda_tests.log" $((30 * 1024 * 1024)); record cuda_tests FAILED "30 MiB of log"; }
     section_train() { big "$LOGDIR/train_fp32.log" $((5 * 1024 * 1024)); big "$LOGDIR/train_fp16.log" $((5 * 1024 * 1024)); record train FAILED "stand-in"; }
+    section_nccl_tests() { echo "nccl: stand-in" > "$LOGDIR/nccl_tests.log"; record nccl_tests ok "stand-in"; }
     section_pytorch() { big "$LOGDIR/pytorch_eager.log" $((5 * 1024 * 1024)); record pytorch FAILED "stand-in"; }
     section_bench() { big "$LOGDIR/bench_kernels.log" $((5 * 1024 * 1024)); record bench FAILED "stand-in"; }
     section_hang() { echo "hanging"; run_capped 300 sleep 300; record hang FAILED "ran to its end"; }
-    make_plan; PLAN+=("hang|300|sleeps")
+    make_plan; PLAN+=("${CALL2_SECTIONS[@]}" "hang|300|sleeps")
     gpu_check_main' _ "$work" "$out" "$script" > "$log" 2>&1 &
   local pid=$! t
   # Once the hanging section has run for 3 s (the ticker copies every second), stop the group.
@@ -132,7 +226,7 @@ check_out() {  # check_out OUT WHAT: the device tool's limits and what must be t
   # A kill in the middle of a copy leaves one NAME.part beside the previous NAME.
   check "$what: at most one half-copied .part file" test "$(find "$out" -name '*.part' | wc -l)" -le 1
   check "$what: summary.md has every finished section" \
-    bash -c 'for s in env configure build versions cuda_tests train pytorch bench; do grep -qE "^\| $s +\|" "$1" || exit 1; done' _ "$out/summary.md"
+    bash -c 'for s in env configure build versions cuda_tests train nccl_tests pytorch bench; do grep -qE "^\| $s +\|" "$1" || exit 1; done' _ "$out/summary.md"
   check "$what: the failed sections' logs, four of five" test "$(find "$out" -name 'fail_*.log' | wc -l)" = 4
   check "$what: fail_cuda_tests.log cut to 2 MiB, its end kept" \
     bash -c '[ "$(stat -c %s "$1")" -le $((2 * 1024 * 1024)) ] && tail -1 "$1" | grep -q "END OF cuda_tests.log"' _ "$out/fail_cuda_tests.log"

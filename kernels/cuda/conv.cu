@@ -1,5 +1,7 @@
 // cuDNN convolutions: descriptors per call (host-only, microseconds), algorithm per
 // (direction, shape, dtype, TF32) chosen once and cached, workspace from the allocator.
+// Shapes no algorithm runs in NHWC take a fallback route (kernels/conv_rules.h's conv_paths):
+// padded channels, NCHW copies, one convolution per group; the route is cached too.
 #include "kernels/cuda/conv.h"
 
 #include <cuda_runtime.h>
@@ -19,6 +21,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/conv_rules.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/numeric.h"
 
@@ -60,6 +63,10 @@ template <> cudnnDataType_t cudnn_type<float>() { return CUDNN_DATA_FLOAT; }
 template <> cudnnDataType_t cudnn_type<half>() { return CUDNN_DATA_HALF; }
 template <> cudnnDataType_t cudnn_type<bfloat16>() { return CUDNN_DATA_BFLOAT16; }
 
+// Our tensors are NHWC; the NCHW route runs cuDNN on transposed copies.
+enum class Layout : int { Nhwc = 0, Nchw = 1 };
+const char* layout_name(Layout l) { return l == Layout::Nhwc ? "nhwc" : "nchw"; }
+
 std::string dims_str(const ConvShape& d) {
   std::ostringstream os;
   os << "x[" << d.n << "," << d.h << "," << d.w << "," << d.c << "] w[" << d.k << "," << d.r << "," << d.s << ","
@@ -96,16 +103,19 @@ struct Descs {
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
-  Descs(const ConvShape& d, cudnnDataType_t dt) {
+  Layout layout;
+  Descs(const ConvShape& d, cudnnDataType_t dt, Layout l) : layout(l) {
     const int64_t oh = d.out_h(), ow = d.out_w();
     for (int64_t v : {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.stride, d.pad, oh, ow, d.groups})
       ENGINE_CHECK(v <= INT_MAX, "conv2d: dimension " << v << " exceeds cuDNN's int range (" << dims_str(d) << ")");
     const auto i = [](int64_t v) { return static_cast<int>(v); };
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.c), i(d.h), i(d.w)));
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(y.d, CUDNN_TENSOR_NHWC, dt, i(d.n), i(d.k), i(oh), i(ow)));
-    // NHWC filter format = [K, R, S, C] in memory: our KRSC layout.
+    // Dimensions are given as (N, C, H, W) in either format; the format sets the strides.
+    const cudnnTensorFormat_t f = l == Layout::Nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(x.d, f, dt, i(d.n), i(d.c), i(d.h), i(d.w)));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(y.d, f, dt, i(d.n), i(d.k), i(oh), i(ow)));
+    // NHWC filter format = [K, R, S, C] in memory: our KRSC layout; NCHW = [K, C, R, S].
     // Grouped: the filter holds C / groups input channels; cuDNN splits C and K itself.
-    CHECK_CUDNN(cudnnSetFilter4dDescriptor(w.d, dt, CUDNN_TENSOR_NHWC, i(d.k), i(d.group_c()), i(d.r), i(d.s)));
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(w.d, dt, f, i(d.k), i(d.group_c()), i(d.r), i(d.s)));
     CHECK_CUDNN(cudnnSetConvolution2dDescriptor(conv.d, i(d.pad), i(d.pad), i(d.stride), i(d.stride), 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     if (d.groups > 1) CHECK_CUDNN(cudnnSetConvolutionGroupCount(conv.d, i(d.groups)));
@@ -249,24 +259,29 @@ cudnnStatus_t run(Dir dir, cudnnHandle_t h, const Descs& d, int algo, void* ws, 
 // ---- the algorithm cache --------------------------------------------------------------------
 
 // align: the smallest alignment of the three buffers: an algorithm chosen for aligned
-// buffers may refuse a view at an odd offset.
+// buffers may refuse a view at an odd offset. layout: the descriptors' (NCHW choices are
+// those of the NCHW route's copies; the route itself is cached under the NHWC key).
 struct Key {
-  int dir, dt, tf32, search, det, align;
+  int dir, dt, tf32, search, det, align, layout;
   int64_t n, h, w, c, k, r, s, stride, pad, groups;
   bool operator<(const Key& o) const {
-    return std::tie(dir, dt, tf32, search, det, align, n, h, w, c, k, r, s, stride, pad, groups) <
-           std::tie(o.dir, o.dt, o.tf32, o.search, o.det, o.align, o.n, o.h, o.w, o.c, o.k, o.r, o.s, o.stride,
-                    o.pad, o.groups);
+    return std::tie(dir, dt, tf32, search, det, align, layout, n, h, w, c, k, r, s, stride, pad, groups) <
+           std::tie(o.dir, o.dt, o.tf32, o.search, o.det, o.align, o.layout, o.n, o.h, o.w, o.c, o.k, o.r, o.s,
+                    o.stride, o.pad, o.groups);
   }
 };
 
-// How a shape ended up running: its own algorithm, or (Padded) the channel-padded problem's.
+// How a shape ended up running: its own algorithm (route Search, Measured or Relaxed), or a
+// composite route (Padded, Nchw, PerGroup) whose inner convolution ran `algo` in `layout`.
 struct Choice {
-  ConvRoute route;
-  int algo;
-  cudnnMathType_t math;
-  size_t ws;
+  ConvRoute route = ConvRoute::Search;
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t ws = 0;
+  Layout layout = Layout::Nhwc;
 };
+
+bool composite(ConvRoute r) { return r == ConvRoute::Padded || r == ConvRoute::Nchw || r == ConvRoute::PerGroup; }
 
 std::mutex g_mu;  // the cache and the shared cuDNN handle: one caller at a time
 std::map<Key, Choice> g_cache;
@@ -275,8 +290,11 @@ std::atomic<int> g_first_route{static_cast<int>(ConvRoute::Search)};
 
 bool log_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("ENGINE_CUDNN_LOG");
-    return v && *v && std::string(v) != "0";
+    // The rule of kernels/cpu/cpu_isa.h for every switch: unset or empty is off, else 0 or 1.
+    const char* v = kernels::cpu::env_switch("ENGINE_CUDNN_LOG");
+    if (v && std::string(v) != "0" && std::string(v) != "1")
+      kernels::cpu::exit_bad_env_switch(std::string("ENGINE_CUDNN_LOG must be 0 or 1; got '") + v + "'");
+    return v && std::string(v) == "1";
   }();
   return on;
 }
@@ -287,6 +305,8 @@ const char* route_name(ConvRoute r) {
     case ConvRoute::Measured: return "measured search";
     case ConvRoute::Padded: return "channels padded to x8";
     case ConvRoute::Relaxed: return "relaxed rules";
+    case ConvRoute::Nchw: return "NCHW copies";
+    case ConvRoute::PerGroup: return "one convolution per group";
   }
   return "?";
 }
@@ -310,12 +330,13 @@ cudnnMathType_t query_math(cudnnDataType_t dt, const ConvRules& rules) {
   return dt == CUDNN_DATA_FLOAT ? (rules.strict_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH) : CUDNN_TENSOR_OP_MATH;
 }
 
-// Tries candidates in order; on the first that runs within `rules`, caches it under `key` and
-// returns true. `tried` gets how many candidates each filter removed, then why the others failed.
+// Tries candidates in order; on the first that runs within `rules`, caches it under `key`,
+// sets *chosen and returns true. `tried` gets how many candidates each filter removed, then
+// why the others failed.
 bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& dims, cudnnDataType_t dt,
                     const ConvRules& rules, const ConvRules& asked, const std::vector<Cand>& cands, ConvRoute route,
                     const char* list, const Key& key, const void* in0, const void* in1, void* out,
-                    std::ostringstream& tried) {
+                    std::ostringstream& tried, Choice* chosen) {
   const size_t limit = conv_workspace_limit();
   ConvFilterCounts counts;
   std::ostringstream why;
@@ -343,7 +364,7 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& d
       why << " algo " << c.algo << " (" << math_name(math) << "): " << cudnnGetErrorString(st) << ";";
       continue;
     }
-    g_cache[key] = Choice{route, c.algo, math, ws_bytes};
+    *chosen = g_cache[key] = Choice{route, c.algo, math, ws_bytes, d.layout};
     // What it gives up, judged by the math it runs with: FP32 under anything but FMA may use TF32.
     ConvCandidate ran = cc;
     ran.tensor_cores = dt == CUDNN_DATA_FLOAT ? math != CUDNN_FMA_MATH : uses_tensor_cores(math);
@@ -351,7 +372,7 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& d
     std::ostringstream line;
     line << "conv " << dir_name(dir) << " " << dtype_name(dt) << (rules.strict_fp32 || dt != CUDNN_DATA_FLOAT ? "" : " tf32")
          << " " << dims_str(dims) << " -> algo " << c.algo << " (" << math_name(math) << "), workspace " << ws_bytes
-         << " B, " << route_name(route) << (rules.deterministic ? ", deterministic" : "");
+         << " B, " << layout_name(d.layout) << ", " << route_name(route) << (rules.deterministic ? ", deterministic" : "");
     if (route == ConvRoute::Relaxed)
       line << ": nothing runs it under " << rules_name(asked) << "; this algorithm is "
            << (gave_up.empty() ? "within them after all" : gave_up);
@@ -366,15 +387,17 @@ bool try_candidates(Dir dir, cudnnHandle_t h, const Descs& d, const ConvShape& d
   return false;
 }
 
-// cuDNN's candidate lists within one conv_op call, by (C, K, query math, list): rule sets differ
-// only in how they filter a list, so each query (cudnnFind times every algorithm) runs once
-// however many rule sets are tried.
+// cuDNN's candidate lists within one conv_op call, by (C, K, groups, layout, query math, list)
+// (the other dimensions are the call's, in every route): rule sets differ only in how they
+// filter a list, so each query (cudnnFind times every algorithm) runs once however many rule
+// sets are tried.
 struct CandidateLists {
-  std::map<std::tuple<int64_t, int64_t, int, int>, std::pair<std::vector<Cand>, cudnnStatus_t>> lists;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, int>, std::pair<std::vector<Cand>, cudnnStatus_t>> lists;
   template <class Query>
-  const std::pair<std::vector<Cand>, cudnnStatus_t>& get(const ConvShape& dims, cudnnMathType_t math, int list,
-                                                         Query query) {
-    const auto key = std::make_tuple(dims.c, dims.k, static_cast<int>(math), list);
+  const std::pair<std::vector<Cand>, cudnnStatus_t>& get(const ConvShape& dims, Layout layout, cudnnMathType_t math,
+                                                         int list, Query query) {
+    const auto key =
+        std::make_tuple(dims.c, dims.k, dims.groups, static_cast<int>(layout), static_cast<int>(math), list);
     auto it = lists.find(key);
     if (it == lists.end()) {
       cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
@@ -392,49 +415,54 @@ ConvRules asked_rules(cudnnDataType_t dt) {
 
 // The key holds the asked-for rules, so a choice made under relaxed ones is found again
 // without a search.
-Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const void* in0, const void* in1, const void* out) {
+Key make_key(Dir dir, const ConvShape& dims, cudnnDataType_t dt, Layout layout, const void* in0, const void* in1,
+             const void* out) {
   const ConvRules asked = asked_rules(dt);
   return Key{static_cast<int>(dir), static_cast<int>(dt), dt == CUDNN_DATA_FLOAT && !asked.strict_fp32,
              static_cast<int>(conv_algo_search()), asked.deterministic,
              static_cast<int>(std::min({detail::pointer_alignment(in0), detail::pointer_alignment(in1),
                                         detail::pointer_alignment(out)})),
-             dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad, dims.groups};
+             static_cast<int>(layout), dims.n, dims.h, dims.w, dims.c, dims.k, dims.r, dims.s, dims.stride, dims.pad, dims.groups};
 }
 
-// Runs the convolution with its own descriptors: the cached algorithm, else the configured
-// search and then (after heuristics) the measured one, among the candidates `rules` allow
-// (route Relaxed when they are looser than asked). False when no algorithm runs.
-bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, const void* in0,
-                   const void* in1, void* out, ConvRoute first, CandidateLists& memo, std::ostringstream& tried) {
-  if (first == ConvRoute::Padded && dims.c % 8 == 0 && dims.k % 8 == 0) first = ConvRoute::Search;  // nothing to pad
+// Runs the convolution with its own descriptors in `layout` (the buffers' layout): the cached
+// algorithm, else the configured search and then (after heuristics) the measured one, among
+// the candidates `rules` allow (route Relaxed when they are looser than asked). `first`
+// Measured (a test hook) skips the heuristics. False when no algorithm runs; else *ran says
+// which did.
+bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, Layout layout,
+                   const void* in0, const void* in1, void* out, ConvRoute first, CandidateLists& memo,
+                   std::ostringstream& tried, Choice* ran) {
   cudnnHandle_t h = context().cudnn();
   const ConvRules asked = asked_rules(dt);
   const ConvRoute found = rules == asked ? ConvRoute::Search : ConvRoute::Relaxed;
   const ConvAlgoSearch search = conv_algo_search();
-  Descs d(dims, dt);
-  const Key key = make_key(dir, dims, dt, in0, in1, out);
+  Descs d(dims, dt, layout);
+  const Key key = make_key(dir, dims, dt, layout, in0, in1, out);
   auto it = g_cache.find(key);
-  if (it != g_cache.end() && it->second.route != ConvRoute::Padded) {
+  if (it != g_cache.end() && !composite(it->second.route)) {
     CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, it->second.math));
     Workspace ws(it->second.ws);
-    if (run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out) == CUDNN_STATUS_SUCCESS) return true;
+    if (run(dir, h, d, it->second.algo, ws.get(), ws.size(), in0, in1, out) == CUDNN_STATUS_SUCCESS) {
+      *ran = it->second;
+      return true;
+    }
     g_cache.erase(it);  // refused this time (nothing ran): choose again below
   }
   const cudnnMathType_t qmath = query_math(dt, rules);
-  if (first == ConvRoute::Search && search == ConvAlgoSearch::Heuristic) {
+  if (first != ConvRoute::Measured && search == ConvAlgoSearch::Heuristic) {
     CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, qmath));
     const auto& [cands, st] =
-        memo.get(dims, qmath, 0, [&](cudnnStatus_t* s) { return heuristic_candidates(dir, h, d, s); });
-    if (try_candidates(dir, h, d, dims, dt, rules, asked, cands, found, "heuristics", key, in0, in1, out, tried))
+        memo.get(dims, layout, qmath, 0, [&](cudnnStatus_t* s) { return heuristic_candidates(dir, h, d, s); });
+    if (try_candidates(dir, h, d, dims, dt, rules, asked, cands, found, "heuristics", key, in0, in1, out, tried, ran))
       return true;
     if (st != CUDNN_STATUS_SUCCESS) tried << " (heuristics query: " << cudnnGetErrorString(st) << ")";
   }
-  if (first == ConvRoute::Padded) return false;
   // The measured search: cudnnFind runs every algorithm on these buffers (it writes `out`,
   // which the convolution overwrites anyway) with the largest workspace, under the limit, that
   // any algorithm asks for this shape (asked of each algorithm, not only the heuristics' picks).
   CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.d, qmath));
-  const auto& [measured, st] = memo.get(dims, qmath, 1, [&](cudnnStatus_t* s) {
+  const auto& [measured, st] = memo.get(dims, layout, qmath, 1, [&](cudnnStatus_t* s) {
     size_t ws_bytes = 0;
     int algos = 0;
     if (algo_count(dir, h, &algos) != CUDNN_STATUS_SUCCESS) algos = 0;
@@ -449,7 +477,7 @@ bool conv_unpadded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const Con
   const ConvRoute route = found == ConvRoute::Relaxed           ? ConvRoute::Relaxed
                           : search == ConvAlgoSearch::Benchmark ? ConvRoute::Search
                                                                 : ConvRoute::Measured;
-  if (try_candidates(dir, h, d, dims, dt, rules, asked, measured, route, "measured", key, in0, in1, out, tried))
+  if (try_candidates(dir, h, d, dims, dt, rules, asked, measured, route, "measured", key, in0, in1, out, tried, ran))
     return true;
   if (st != CUDNN_STATUS_SUCCESS) tried << " (measured query: " << cudnnGetErrorString(st) << ")";
   return false;
@@ -467,12 +495,12 @@ void copy_channels(void* dst, int64_t to, const void* src, int64_t from, int64_t
                                static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream));
 }
 
-// The last resort for shapes no algorithm takes (3-channel FP16/BF16 NHWC inputs, odd channel
+// For shapes no algorithm takes in NHWC as they are (3-channel FP16/BF16 inputs, odd channel
 // counts): input and output channels zero-padded to multiples of 8, the padded problem solved,
 // the result sliced back. Zero channels add nothing to any sum, so the result is the same.
 bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
                  const void* in0, const void* in1, void* out, cudaStream_t stream, CandidateLists& memo,
-                 std::ostringstream& tried) {
+                 std::ostringstream& tried, Choice* ran) {
   if (dims.groups > 1) return false;  // padding would move channels across groups
   ConvShape p = dims;
   p.c = round_up8(dims.c);
@@ -509,7 +537,7 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvR
       const void* x = x_in(in0);
       pad_filters(in1);
       void* y = pad_k ? yp.get() : out;
-      ok = conv_unpadded(dir, p, dt, rules, x, wp.get(), y, ConvRoute::Search, memo, inner);
+      ok = conv_unpadded(dir, p, dt, rules, Layout::Nhwc, x, wp.get(), y, ConvRoute::Search, memo, inner, ran);
       if (ok && pad_k) copy_channels(out, dims.k, yp.get(), p.k, y_rows, e, stream);
       break;
     }
@@ -517,14 +545,14 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvR
       const void* gy = y_in(in0);
       pad_filters(in1);
       void* gx = pad_c ? xp.get() : out;
-      ok = conv_unpadded(dir, p, dt, rules, gy, wp.get(), gx, ConvRoute::Search, memo, inner);
+      ok = conv_unpadded(dir, p, dt, rules, Layout::Nhwc, gy, wp.get(), gx, ConvRoute::Search, memo, inner, ran);
       if (ok && pad_c) copy_channels(out, dims.c, xp.get(), p.c, x_rows, e, stream);
       break;
     }
     case Dir::BwdFilter: {  // in0 = x, in1 = gy, out = gw
       const void* x = x_in(in0);
       const void* gy = y_in(in1);
-      ok = conv_unpadded(dir, p, dt, rules, x, gy, wp.get(), ConvRoute::Search, memo, inner);
+      ok = conv_unpadded(dir, p, dt, rules, Layout::Nhwc, x, gy, wp.get(), ConvRoute::Search, memo, inner, ran);
       // [Kp,R,S,Cp] -> [K,R,S,C]: the first K filters' rows, each sliced to C channels.
       if (ok) copy_channels(out, dims.c, wp.get(), p.c, w_rows_c, e, stream);
       break;
@@ -534,37 +562,225 @@ bool conv_padded(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvR
   return ok;
 }
 
-// The routes in order, for each rule set of conv_relaxations (those asked for first): the search
-// and measured search on the shape itself, then with channels padded. Every fallback is said
-// once per shape on stderr; only when all fail does the call throw, with what each list held.
+// ---- NCHW copies ------------------------------------------------------------------------------
+
+// dst = t applied to src (kernels/conv_rules.h), as raw bits: one kernel serves every dtype.
+// Writes are coalesced, reads strided: a fallback's copy, not a hot path.
+template <class U>
+__global__ void __launch_bounds__(detail::kBlock) transpose_kernel(int64_t n, ConvTranspose t, const U* src, U* dst) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = src[t.source(i)];
+}
+
+void transpose(void* dst, const void* src, const ConvTranspose& t, size_t elem, cudaStream_t stream) {
+  const int64_t n = t.size();
+  if (elem == 2)
+    transpose_kernel<uint16_t><<<detail::grid_for(n), detail::kBlock, 0, stream>>>(
+        n, t, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst));
+  else
+    transpose_kernel<uint32_t><<<detail::grid_for(n), detail::kBlock, 0, stream>>>(
+        n, t, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst));
+  CHECK_LAUNCH();
+}
+
+// For shapes no algorithm takes in NHWC (strict FP32 where NHWC offers only TF32 engines; some
+// grouped ones): the same convolution with NCHW descriptors on transposed copies of the
+// inputs (kernels/conv_rules.h's conv_nchw_copies), the output transposed back.
+bool conv_nchw(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
+               const void* in0, const void* in1, void* out, cudaStream_t stream, CandidateLists& memo,
+               std::ostringstream& tried, Choice* ran) {
+  const ConvNchwCopies t = conv_nchw_copies(dims);
+  Workspace xt(static_cast<size_t>(t.x.size()) * elem), wt(static_cast<size_t>(t.w.size()) * elem),
+      yt(static_cast<size_t>(t.y.size()) * elem);
+  std::ostringstream inner;
+  bool ok = false;
+  switch (dir) {
+    case Dir::Fwd:  // in0 = x, in1 = w, out = y
+      transpose(xt.get(), in0, t.x, elem, stream);
+      transpose(wt.get(), in1, t.w, elem, stream);
+      ok = conv_unpadded(dir, dims, dt, rules, Layout::Nchw, xt.get(), wt.get(), yt.get(), ConvRoute::Search, memo,
+                         inner, ran);
+      if (ok) transpose(out, yt.get(), t.y.back(), elem, stream);
+      break;
+    case Dir::BwdData:  // in0 = gy, in1 = w, out = gx
+      transpose(yt.get(), in0, t.y, elem, stream);
+      transpose(wt.get(), in1, t.w, elem, stream);
+      ok = conv_unpadded(dir, dims, dt, rules, Layout::Nchw, yt.get(), wt.get(), xt.get(), ConvRoute::Search, memo,
+                         inner, ran);
+      if (ok) transpose(out, xt.get(), t.x.back(), elem, stream);
+      break;
+    case Dir::BwdFilter:  // in0 = x, in1 = gy, out = gw
+      transpose(xt.get(), in0, t.x, elem, stream);
+      transpose(yt.get(), in1, t.y, elem, stream);
+      ok = conv_unpadded(dir, dims, dt, rules, Layout::Nchw, xt.get(), yt.get(), wt.get(), ConvRoute::Search, memo,
+                         inner, ran);
+      if (ok) transpose(out, wt.get(), t.w.back(), elem, stream);
+      break;
+  }
+  if (!ok) tried << " in NCHW:" << inner.str();
+  return ok;
+}
+
+// ---- one convolution per group ----------------------------------------------------------------
+
+bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
+             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, CandidateLists& memo,
+             std::ostringstream& tried, Choice* ran);
+
+// Packed copy of one group's slice of `full` (kernels/conv_rules.h's conv_group_slices), and back.
+void gather(void* packed, const void* full, const ConvSlice& s, size_t elem, cudaStream_t stream) {
+  CHECK_CUDA(cudaMemcpy2DAsync(packed, static_cast<size_t>(s.width) * elem,
+                               static_cast<const char*>(full) + static_cast<size_t>(s.offset) * elem,
+                               static_cast<size_t>(s.pitch) * elem, static_cast<size_t>(s.width) * elem,
+                               static_cast<size_t>(s.rows), cudaMemcpyDeviceToDevice, stream));
+}
+void scatter(void* full, const void* packed, const ConvSlice& s, size_t elem, cudaStream_t stream) {
+  CHECK_CUDA(cudaMemcpy2DAsync(static_cast<char*>(full) + static_cast<size_t>(s.offset) * elem,
+                               static_cast<size_t>(s.pitch) * elem, packed, static_cast<size_t>(s.width) * elem,
+                               static_cast<size_t>(s.width) * elem, static_cast<size_t>(s.rows),
+                               cudaMemcpyDeviceToDevice, stream));
+}
+
+// The last resort for a grouped shape nothing else runs: each group's channels copied into
+// packed buffers, one ungrouped convolution (through the same routes, under the same rules),
+// the result copied into the group's part of the output. Slow: one convolution per group
+// (depthwise: C of them) and copies around each; the groups reuse one set of buffers in
+// stream order, and the sub-shape's choice, made for group 0, is cached for the rest.
+bool conv_per_group(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
+                    const void* in0, const void* in1, void* out, cudaStream_t stream, CandidateLists& memo,
+                    std::ostringstream& tried, Choice* ran) {
+  if (dims.groups == 1) return false;
+  const ConvGroupSlices g0 = conv_group_slices(dims, 0);  // every group's slices have its sizes
+  Workspace xs(static_cast<size_t>(g0.x.size()) * elem), ws(static_cast<size_t>(g0.w.size()) * elem),
+      ys(static_cast<size_t>(g0.y.size()) * elem);
+  std::ostringstream inner;
+  for (int64_t g = 0; g < dims.groups; ++g) {
+    const ConvGroupSlices s = conv_group_slices(dims, g);
+    ENGINE_CHECK(s.x.fits(dims.n * dims.h * dims.w * dims.c) && s.w.fits(dims.k * dims.patch()) &&
+                     s.y.fits(dims.n * dims.out_h() * dims.out_w() * dims.k),
+                 "conv2d: group " << g << "'s slices fall outside its tensors (" << dims_str(dims) << ")");
+    bool ok = false;
+    switch (dir) {
+      case Dir::Fwd:  // in0 = x, in1 = w, out = y
+        gather(xs.get(), in0, s.x, elem, stream);
+        gather(ws.get(), in1, s.w, elem, stream);
+        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ws.get(), ys.get(), stream, ConvRoute::Search, memo, inner,
+                     ran);
+        if (ok) scatter(out, ys.get(), s.y, elem, stream);
+        break;
+      case Dir::BwdData:  // in0 = gy, in1 = w, out = gx
+        gather(ys.get(), in0, s.y, elem, stream);
+        gather(ws.get(), in1, s.w, elem, stream);
+        ok = conv_at(dir, s.sub, dt, rules, elem, ys.get(), ws.get(), xs.get(), stream, ConvRoute::Search, memo, inner,
+                     ran);
+        if (ok) scatter(out, xs.get(), s.x, elem, stream);
+        break;
+      case Dir::BwdFilter:  // in0 = x, in1 = gy, out = gw
+        gather(xs.get(), in0, s.x, elem, stream);
+        gather(ys.get(), in1, s.y, elem, stream);
+        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ys.get(), ws.get(), stream, ConvRoute::Search, memo, inner,
+                     ran);
+        if (ok) scatter(out, ws.get(), s.w, elem, stream);
+        break;
+    }
+    if (!ok) {
+      tried << " one group at a time (group " << g << " of " << dims.groups << ", " << dims_str(s.sub)
+            << "):" << inner.str();
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- the routes -------------------------------------------------------------------------------
+
+ConvRoute route_of(ConvPath p) {
+  switch (p) {
+    case ConvPath::Nhwc: return ConvRoute::Search;
+    case ConvPath::NhwcPadded: return ConvRoute::Padded;
+    case ConvPath::Nchw: return ConvRoute::Nchw;
+    case ConvPath::PerGroup: return ConvRoute::PerGroup;
+  }
+  return ConvRoute::Search;
+}
+
+const char* route_reason(ConvRoute r) {
+  switch (r) {
+    case ConvRoute::Padded: return "no algorithm runs this shape; running it with channels zero-padded to multiples of 8";
+    case ConvRoute::Nchw: return "no algorithm runs this shape in NHWC; running it on NCHW copies of its tensors";
+    case ConvRoute::PerGroup:
+      return "no algorithm runs this grouped shape; running it as one ungrouped convolution per group (slow)";
+    default: return "";
+  }
+}
+
+// One rule set: the routes of conv_paths(dims) in order, from `first` when this shape has it
+// (a test hook: Padded, Nchw or PerGroup start there, Measured skips the heuristics), or only
+// the composite route cached for the shape. A composite route that runs is cached under the
+// shape's NHWC key and said once on stderr. *ran: the convolution that ran at the bottom.
+bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
+             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, CandidateLists& memo,
+             std::ostringstream& tried, Choice* ran) {
+  const Key key = make_key(dir, dims, dt, Layout::Nhwc, in0, in1, out);
+  const auto it = g_cache.find(key);
+  const bool known = it != g_cache.end() && composite(it->second.route);
+  const ConvRoute known_route = known ? it->second.route : ConvRoute::Search;
+  const std::vector<ConvPath> paths = conv_paths(dims);
+  size_t start = 0;
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (composite(first) && route_of(paths[i]) == first) start = i;
+  for (size_t i = start; i < paths.size(); ++i) {
+    const ConvRoute route = route_of(paths[i]);
+    if (known && route != known_route) continue;
+    bool ok = false;
+    switch (paths[i]) {
+      case ConvPath::Nhwc:
+        ok = conv_unpadded(dir, dims, dt, rules, Layout::Nhwc, in0, in1, out,
+                           first == ConvRoute::Measured ? ConvRoute::Measured : ConvRoute::Search, memo, tried, ran);
+        break;
+      case ConvPath::NhwcPadded:
+        ok = conv_padded(dir, dims, dt, rules, elem, in0, in1, out, stream, memo, tried, ran);
+        break;
+      case ConvPath::Nchw: ok = conv_nchw(dir, dims, dt, rules, elem, in0, in1, out, stream, memo, tried, ran); break;
+      case ConvPath::PerGroup:
+        ok = conv_per_group(dir, dims, dt, rules, elem, in0, in1, out, stream, memo, tried, ran);
+        break;
+    }
+    if (!ok) continue;
+    if (composite(route) && !known) {
+      g_cache[key] = Choice{route, ran->algo, ran->math, 0, ran->layout};
+      const ConvRules asked = asked_rules(dt);
+      std::ostringstream line;
+      line << "conv " << dir_name(dir) << " " << dtype_name(dt)
+           << (rules.strict_fp32 || dt != CUDNN_DATA_FLOAT ? "" : " tf32") << " " << dims_str(dims) << " -> algo "
+           << ran->algo << " (" << math_name(ran->math) << "), " << layout_name(ran->layout) << ", "
+           << route_name(route) << (rules.deterministic ? ", deterministic" : "") << ": " << route_reason(route);
+      if (!(rules == asked)) line << " (under " << rules_name(rules) << ", relaxed from " << rules_name(asked) << ")";
+      g_report.push_back(line.str());
+      std::fprintf(stderr, "engine: %s\n", line.str().c_str());  // said once per shape
+    }
+    return true;
+  }
+  return false;
+}
+
+// The rule sets of conv_relaxations in order (those asked for first), each through conv_at's
+// routes. Only when all fail does the call throw, with what each candidate list held.
 void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
              void* out, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mu);
   CHECK_CUDNN(cudnnSetStream(context().cudnn(), stream));
   const ConvRoute first = static_cast<ConvRoute>(g_first_route.load());
-  const ConvRules asked = asked_rules(dt);
-  const Key key = make_key(dir, dims, dt, in0, in1, out);
-  auto it = g_cache.find(key);
-  const bool known_padded = it != g_cache.end() && it->second.route == ConvRoute::Padded;
-  const std::vector<ConvRules> levels = conv_relaxations(asked);
+  const std::vector<ConvRules> levels = conv_relaxations(asked_rules(dt));
   CandidateLists memo;
   std::ostringstream tried;
   for (size_t level = 0; level < levels.size(); ++level) {
     // Test hook: as if nothing ran within the rules (where there are rules to relax).
     if (level == 0 && first == ConvRoute::Relaxed && levels.size() > 1) continue;
     const ConvRoute start = level == 0 && first != ConvRoute::Relaxed ? first : ConvRoute::Search;
-    if (!known_padded && conv_unpadded(dir, dims, dt, levels[level], in0, in1, out, start, memo, tried)) return;
-    if (conv_padded(dir, dims, dt, levels[level], elem, in0, in1, out, stream, memo, tried)) {
-      if (!known_padded) {
-        g_cache[key] = Choice{ConvRoute::Padded, -1, CUDNN_DEFAULT_MATH, 0};
-        std::ostringstream line;
-        line << "conv " << dir_name(dir) << " " << dtype_name(dt) << " " << dims_str(dims)
-             << ": no algorithm runs this shape; running it with channels zero-padded to multiples of 8";
-        g_report.push_back(line.str());
-        std::fprintf(stderr, "engine: %s\n", line.str().c_str());  // said once per shape
-      }
-      return;
-    }
+    Choice ran;
+    if (conv_at(dir, dims, dt, levels[level], elem, in0, in1, out, stream, start, memo, tried, &ran)) return;
   }
   ENGINE_FAIL("conv2d " << dir_name(dir) << " (" << dtype_name(dt) << ", " << dims_str(dims)
                         << "): cuDNN offered no algorithm that runs;" << tried.str());
@@ -623,6 +839,14 @@ std::string conv_algo_report() {
   std::string s;
   for (const auto& line : g_report) s += line + "\n";
   return s;
+}
+std::vector<std::string> conv_report_lines(const ConvShape& d) {
+  const std::string shape = " " + dims_str(d) + " -> ";  // the dims end where the choice starts
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<std::string> out;
+  for (const auto& line : g_report)
+    if (line.find(shape) != std::string::npos) out.push_back(line);
+  return out;
 }
 
 
