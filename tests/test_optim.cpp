@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "tests/adam_bound.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
@@ -518,63 +519,72 @@ TEST_CASE("parameters without a gradient are not stepped: no weight decay, momen
   }
 }
 
-// ---- The CPU-vs-GPU Adam quota, measured ---------------------------------------------------
-// tests/cuda/test_cuda_train.cpp lets 0.1% of simplecnn's weights differ between the CPU and
-// the GPU by more than the dtype tolerance after two Adam steps (lr 1e-3): Adam moves a weight
-// by about lr whatever its gradient's size, so a gradient that is zero up to rounding can move
-// it either way. How many such weights there are is measured here, on the CPU, with two
-// computations of the same gradients that differ only by rounding:
-//   FP32 run: gradients computed in FP32 compute copies vs FP64 ones (same FP32 masters, same
-//     Adam); the FP32 run's rounding error is the size of the one a GPU's other summation order
-//     makes, so the GPU-vs-CPU count is about twice this one (both err, independently);
-//   FP16 run: FP16 compute copies vs FP32 ones at the FP16 tolerance: a far larger difference
-//     than the GPU-vs-CPU one in FP16 (both round activations to FP16 at the same points).
-// Both must stay well inside the quota, so a correct GPU engine cannot fail it.
+// ---- The CPU-vs-GPU Adam bound, measured ----------------------------------------------------
+// tests/cuda/test_cuda_train.cpp judges two Adam steps of simplecnn on the GPU against the CPU
+// by tests/adam_bound.h: every weight within what rounding can flip, and the ratio sum |gpu -
+// cpu| / sum |cpu - start| within kMaxRatio. Both are measured here on the CPU, with runs that
+// differ only by rounding, each a larger difference than a GPU's other summation order makes:
+//   FP32 compute copies against FP64 ones; FP16 against FP32; FP16 against BF16 (8 bits of
+//   mantissa against 11: the coarsest pair).
+// Each must stay well inside the bound, so a correct GPU engine cannot fail it; and a learning
+// rate 5% off in one of two FP16 runs must exceed it, so a wrong one cannot pass.
 namespace {
-std::vector<double> adam_two_steps(DType compute) {
+struct AdamRun {
+  std::vector<double> start, end;
+};
+AdamRun adam_two_steps(DType compute, double lr = 1e-3) {
   engine::manual_seed(5);
   auto model = models::simplecnn();
   model->set_compute_dtype(compute);
-  engine::Adam opt(model->parameters(), 1e-3);
+  AdamRun r;
+  for (auto& p : model->parameters())
+    for (double v : p->master.to_vector()) r.start.push_back(v);
+  engine::Adam opt(model->parameters(), lr);
+  engine::LossScalerConfig cfg;
+  cfg.enabled = compute == DType::F16;  // as the [cuda] test's FP16 case
+  engine::LossScaler scaler(cfg);
   engine::manual_seed(6);
   Tensor x = engine::cast(engine::uniform({8, 32, 32, 3}, -1, 1, DType::F32), compute);
   Tensor y = Tensor::from_ints({0, 1, 2, 3, 4, 5, 6, 7}, {8});
   for (int s = 0; s < 2; ++s) {
     opt.zero_grad();
     engine::Tape tape;
-    engine::TapeScope scope(tape);
-    engine::AutocastScope autocast(compute);
-    tape.backward(engine::cross_entropy((*model)(x), y));
-    REQUIRE(opt.step() == engine::StepResult::Applied);
+    {
+      engine::TapeScope scope(tape);
+      engine::AutocastScope autocast(compute);
+      tape.backward(scaler.scale(engine::cross_entropy((*model)(x), y)));
+    }
+    scaler.step(opt);
+    scaler.update();
   }
-  std::vector<double> w;
+  REQUIRE(opt.steps() == 2);  // no step skipped
   for (auto& p : model->parameters())
-    for (double v : p->master.to_vector()) w.push_back(v);
-  return w;
-}
-
-// Weights differing by more than tol times the largest weight.
-size_t beyond(const std::vector<double>& a, const std::vector<double>& b, double tol) {
-  REQUIRE(a.size() == b.size());
-  double scale = 1e-30;
-  for (double v : a) scale = std::max(scale, std::fabs(v));
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::fabs(a[i] - b[i]) > tol * scale;
-  return n;
+    for (double v : p->master.to_vector()) r.end.push_back(v);
+  return r;
 }
 }  // namespace
 
-TEST_CASE("Adam CPU-vs-GPU quota: weights that rounding can flip are far fewer than 0.1%", "[optim][quota]") {
-  const std::vector<double> w64 = adam_two_steps(DType::F64), w32 = adam_two_steps(DType::F32),
-                            w16 = adam_two_steps(DType::F16);
-  const size_t quota = w32.size() / 1000;  // test_cuda_train.cpp's bound
-  const size_t n32 = beyond(w32, w64, 1e-5), n16 = beyond(w16, w32, 5e-3);
-  INFO(w32.size() << " weights, quota " << quota << "; FP32 vs FP64 beyond 1e-5: " << n32
-                  << "; FP16 vs FP32 beyond 5e-3: " << n16);
-  WARN("Adam quota measured: " << n32 << " (fp32 vs fp64), " << n16 << " (fp16 vs fp32) of " << w32.size()
-                               << " weights; quota " << quota);
-  // GPU-vs-CPU FP32 is about 2 * n32 (see above); a factor 4 more covers cuDNN algorithms
-  // (Winograd, FFT) whose FP32 rounding is a few times larger than a direct sum's.
-  CHECK(8 * n32 <= quota);
-  CHECK(n16 <= quota);
+TEST_CASE("Adam CPU-vs-GPU bound: rounding stays inside it, a 5% learning-rate error does not", "[optim][quota]") {
+  const double lr = 1e-3, reach = 2 * lr * adam_bound::reach(2, 0.9, 0.999);
+  const AdamRun f64 = adam_two_steps(DType::F64), f32 = adam_two_steps(DType::F32), f16 = adam_two_steps(DType::F16),
+                b16 = adam_two_steps(DType::BF16), f16_lr = adam_two_steps(DType::F16, 1.05 * lr);
+  for (const AdamRun* r : {&f32, &f16, &b16, &f16_lr}) REQUIRE(r->start == f64.start);
+  const adam_bound::Agreement g32 = adam_bound::agreement(f64.start, f64.end, f32.end, lr),
+                              g16 = adam_bound::agreement(f64.start, f32.end, f16.end, lr),
+                              gb16 = adam_bound::agreement(f64.start, f16.end, b16.end, lr),
+                              glr = adam_bound::agreement(f64.start, f16.end, f16_lr.end, lr);
+  WARN("Adam bound measured (ratio, worst, weights apart by > lr/2 of " << f64.start.size() << "): FP32 vs FP64 "
+       << g32.ratio << ", " << g32.worst << ", " << g32.flipped << "; FP16 vs FP32 " << g16.ratio << ", " << g16.worst
+       << ", " << g16.flipped << "; FP16 vs BF16 " << gb16.ratio << ", " << gb16.worst << ", " << gb16.flipped
+       << "; FP16 lr 5% off " << glr.ratio << "; bound " << adam_bound::kMaxRatio << ", reach " << reach);
+  // Rounding alone: at most half the ratio bound even for the coarsest pair (the GPU's FP16 and
+  // BF16 round activations at the same points as the CPU's, so they differ by far less), and no
+  // weight beyond the reach.
+  for (const adam_bound::Agreement* g : {&g32, &g16, &gb16}) {
+    CHECK(g->ratio <= adam_bound::kMaxRatio / 2);
+    CHECK(g->worst <= reach * (1 + 1e-6));
+  }
+  CHECK(g32.ratio <= adam_bound::kMaxRatio / 100);  // FP32 rounding is far smaller still
+  // A learning rate 5% off moves every steadily-signed weight 5% further: the ratio shows it.
+  CHECK(glr.ratio > adam_bound::kMaxRatio);
 }
