@@ -14,6 +14,7 @@
 
 #include "engine/device.h"
 #include "engine/ops.h"
+#include "models/cli.h"
 #include "engine/random.h"
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/elementwise.h"
@@ -314,7 +315,13 @@ int main(int argc, char** argv) {
     if (a == "--device") device = next();
     else if (a == "--only") opt.only = next();
     else if (a == "--quick") opt.quick = true;
-    else if (a == "--iters") opt.iters = std::atoi(next().c_str());
+    else if (a == "--iters") {
+      try {
+        opt.iters = static_cast<int>(models::parse_int("--iters", next(), 1, 1000000));
+      } catch (const models::UsageError& e) {
+        return models::report_usage_error("bench_kernels", e);
+      }
+    }
     else if (a == "--json") json = next();
     else if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
@@ -328,10 +335,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_kernels: --device must be cpu, cuda or all, not '%s'\n", device.c_str());
     return 2;
   }
-  if (opt.iters < 0) {
-    std::fprintf(stderr, "bench_kernels: --iters must be positive\n");
-    return 2;
-  }
+  // The environment switches as every tool checks them: before anything runs (a bad one would
+  // otherwise end the run from inside a kernel).
+  if (const int rc = models::report_environment_error()) return rc;
   std::vector<bench::Row> rows;
   try {
     engine::manual_seed(1);

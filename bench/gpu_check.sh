@@ -598,6 +598,7 @@ section_cuda_tests() {
   local totals; totals=$(grep -E "^(All tests passed|test cases:)" "$LOGDIR/cuda_tests.log" | tail -1)
   if [ "$rc" = 77 ]; then record cuda_tests FAILED "$(grep -o 'SKIPPED.*' "$LOGDIR/cuda_tests.log" | head -1)"
   elif [ "$rc" = 0 ] && [ -n "$totals" ]; then record cuda_tests ok "$totals ($(( $(date +%s) - t0 )) s)"
+  elif [ "$rc" = 0 ]; then record cuda_tests FAILED "exit 0 without Catch2 totals (see cuda_tests.log)"
   else record cuda_tests "$(verdict_for "$rc")" "rc $rc: ${totals:-no Catch2 totals (crash or timeout)}"; fi
 }
 
@@ -617,6 +618,7 @@ section_nccl_tests() {
   if grep -q "No test cases matched" "$log"; then record nccl_tests skipped "no [nccl] cases: built without NCCL"
   elif [ "$rc" = 77 ]; then record nccl_tests FAILED "$(grep -o 'SKIPPED.*' "$log" | head -1)"
   elif [ "$rc" = 0 ] && [ -n "$totals" ]; then record nccl_tests ok "$totals ($(( $(date +%s) - t0 )) s)"
+  elif [ "$rc" = 0 ]; then record nccl_tests FAILED "exit 0 without Catch2 totals; last NCCL line: ${last:-none}"
   else
     local v; v=$(verdict_for "$rc")
     if [ "$v" = FAILED ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
@@ -990,8 +992,11 @@ on_signal() {
 # An earlier call's train logs (call 1's, on a machine still warm) outlive its log folder:
 # call 2's PyTorch table compares with them. A call that trained replaces them.
 keep_train_logs() {
-  compgen -G "$LOGDIR/train_*.jsonl" > /dev/null || return 0
-  rm -rf "$PREV_TRAIN" && mkdir -p "$PREV_TRAIN" && cp "$LOGDIR"/train_*.jsonl "$PREV_TRAIN/"
+  # Only whole runs (a summary line): a log cut short by a killed call would give a wrong table.
+  local whole=()
+  mapfile -t whole < <(grep -l '"event":"summary"' "$LOGDIR"/train_*.jsonl 2>/dev/null)
+  [ ${#whole[@]} -gt 0 ] || return 0
+  rm -rf "$PREV_TRAIN" && mkdir -p "$PREV_TRAIN" && cp "${whole[@]}" "$PREV_TRAIN/"
 }
 
 # The sections of the plan in order, each timed, its verdict recorded and $OUT refreshed after

@@ -86,16 +86,17 @@ inline std::string conv_relaxation_note(const ConvCandidate& c, const ConvRules&
 //   NhwcPadded: ungrouped only, when C or K is not a multiple of 8: channels zero-padded to x8;
 //   Nchw:       the shape on NCHW copies of the tensors (filters KCRS): cuDNN's older engines,
 //               which offer FMA (non-TF32) FP32 algorithms where NHWC may offer only TF32;
-//   PerGroup:   grouped only: one ungrouped convolution per group on packed copies of the
-//               group's channels, each through the routes above. Slow (depthwise = C
-//               convolutions): the last resort before the rules are relaxed.
+//   PerGroup:   grouped only, and only when `last_resort` (the loosest rule set, nothing left to
+//               relax): one ungrouped convolution per group on packed copies of the group's
+//               channels, each through the routes above. Slow (depthwise = C convolutions), so
+//               determinism and strict FP32 are given up before it is taken.
 enum class ConvPath { Nhwc, NhwcPadded, Nchw, PerGroup };
 
-inline std::vector<ConvPath> conv_paths(const ConvShape& d) {
+inline std::vector<ConvPath> conv_paths(const ConvShape& d, bool last_resort) {
   std::vector<ConvPath> out{ConvPath::Nhwc};
   if (d.groups == 1 && (d.c % 8 != 0 || d.k % 8 != 0)) out.push_back(ConvPath::NhwcPadded);
   out.push_back(ConvPath::Nchw);
-  if (d.groups > 1) out.push_back(ConvPath::PerGroup);
+  if (d.groups > 1 && last_resort) out.push_back(ConvPath::PerGroup);
   return out;
 }
 

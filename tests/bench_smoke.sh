@@ -23,6 +23,12 @@ else
 fi
 "$kernels" --device tpu > /dev/null 2>&1; [ $? = 2 ] || fail "bench_kernels --device tpu should exit 2"
 "$kernels" --bogus > /dev/null 2>&1; [ $? = 2 ] || fail "bench_kernels --bogus should exit 2"
+for bad in 0 -1 2x ""; do
+  "$kernels" --iters "$bad" > /dev/null 2>&1; [ $? = 2 ] || fail "bench_kernels --iters '$bad' should exit 2"
+done
+out=$(ENGINE_CUDNN_LOG=yes "$kernels" --device cpu --quick 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -q "^error: ENGINE_CUDNN_LOG must be 0 or 1" <<<"$out" && ! grep -q "CPU section" <<<"$out" ||
+  fail "bench_kernels with ENGINE_CUDNN_LOG=yes: exit $rc, $(head -2 <<<"$out")"
 
 if "$train" --quick --models simplecnn --steps 1 --json "$work/train.json" > "$work/train.log" 2>&1; then
   n=$(grep -o '"model":"simplecnn"' "$work/train.json" | wc -l)

@@ -115,6 +115,10 @@ check "a call that trained leaves its train logs for the next" test -s "$PREV_TR
 rm -f "$LOGDIR"/train_*.jsonl
 keep_train_logs
 check "a call that did not train keeps the earlier ones" test -s "$PREV_TRAIN/train_fp16.jsonl"
+echo '{"event":"step"}' > "$LOGDIR/train_fp32.jsonl"  # a run cut short: no summary
+keep_train_logs
+check "a log cut short is not kept (nor does it replace the whole one)" \
+  bash -c '[ ! -e "$1/train_fp32.jsonl" ] && [ -s "$1/train_fp16.jsonl" ]' _ "$PREV_TRAIN"
 
 # ---- sections against stand-in binaries -------------------------------------------------------------
 # section_with NAME DIR CAP [MODE...]: runs section NAME alone (its cap CAP s) with stand-ins for

@@ -130,20 +130,25 @@ TEST_CASE("conv rules: nothing to relax without rules, and a usable candidate is
 using kernels::ConvPath;
 using kernels::ConvShape;
 
-TEST_CASE("conv routes: the order per rule set, padding only ungrouped, per group only grouped", "[conv_rules]") {
+TEST_CASE("conv routes: the order per rule set, padding only ungrouped, per group only grouped and last", "[conv_rules]") {
   using P = std::vector<ConvPath>;
-  CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 16, 32, 3, 3}) == (P{ConvPath::Nhwc, ConvPath::Nchw}));
-  CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 3, 16, 3, 3}) ==
-        (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
-  CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 16, 13, 1, 1}) ==
-        (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
-  // Grouped (odd channels too): no padding, which would move channels across groups.
+  for (bool last : {false, true}) {
+    INFO("last resort " << last);
+    CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 16, 32, 3, 3}, last) == (P{ConvPath::Nhwc, ConvPath::Nchw}));
+    CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 3, 16, 3, 3}, last) ==
+          (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
+    CHECK(kernels::conv_paths(ConvShape{2, 8, 8, 16, 13, 1, 1}, last) ==
+          (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
+  }
+  // Grouped (odd channels too): no padding, which would move channels across groups; one
+  // convolution per group (C of them for depthwise) only once no rule is left to relax.
   const ConvShape dw{2, 9, 9, 6, 6, 5, 5, 2, 2, 6};
-  CHECK(kernels::conv_paths(dw) == (P{ConvPath::Nhwc, ConvPath::Nchw, ConvPath::PerGroup}));
+  CHECK(kernels::conv_paths(dw, false) == (P{ConvPath::Nhwc, ConvPath::Nchw}));
+  CHECK(kernels::conv_paths(dw, true) == (P{ConvPath::Nhwc, ConvPath::Nchw, ConvPath::PerGroup}));
   // A group's sub-shape is ungrouped: its routes end before another split.
   const ConvShape sub = kernels::conv_group_slices(dw, 0).sub;
   CHECK(sub.groups == 1);
-  CHECK(kernels::conv_paths(sub) == (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
+  CHECK(kernels::conv_paths(sub, true) == (P{ConvPath::Nhwc, ConvPath::NhwcPadded, ConvPath::Nchw}));
 }
 
 namespace {

@@ -577,14 +577,14 @@ TEST_CASE("Adam CPU-vs-GPU bound: rounding stays inside it, a 5% learning-rate e
        << g32.ratio << ", " << g32.worst << ", " << g32.flipped << "; FP16 vs FP32 " << g16.ratio << ", " << g16.worst
        << ", " << g16.flipped << "; FP16 vs BF16 " << gb16.ratio << ", " << gb16.worst << ", " << gb16.flipped
        << "; FP16 lr 5% off " << glr.ratio << "; bound " << adam_bound::kMaxRatio << ", reach " << reach);
-  // Rounding alone: at most half the ratio bound even for the coarsest pair (the GPU's FP16 and
-  // BF16 round activations at the same points as the CPU's, so they differ by far less), and no
-  // weight beyond the reach.
-  for (const adam_bound::Agreement* g : {&g32, &g16, &gb16}) {
-    CHECK(g->ratio <= adam_bound::kMaxRatio / 2);
-    CHECK(g->worst <= reach * (1 + 1e-6));
-  }
-  CHECK(g32.ratio <= adam_bound::kMaxRatio / 100);  // FP32 rounding is far smaller still
+  // Rounding alone, with room to spare (measured here: FP32/FP64 2e-7, FP16/FP32 0.0038,
+  // FP16/BF16 0.0146): the GPU's FP16 rounds activations at the same points as the CPU's, so
+  // GPU against CPU differs far less than FP16 against FP32, let alone against BF16 (the
+  // coarsest pair, still at half the bound). No weight beyond the reach.
+  for (const adam_bound::Agreement* g : {&g32, &g16, &gb16}) CHECK(g->worst <= reach * (1 + 1e-6));
+  CHECK(g32.ratio <= 1e-3 / 100);  // the [cuda] test's FP32 bound, with room for a GPU's 100x
+  CHECK(g16.ratio <= adam_bound::kMaxRatio / 4);
+  CHECK(gb16.ratio <= adam_bound::kMaxRatio);
   // A learning rate 5% off moves every steadily-signed weight 5% further: the ratio shows it.
   CHECK(glr.ratio > adam_bound::kMaxRatio);
 }

@@ -574,6 +574,7 @@ __global__ void __launch_bounds__(detail::kBlock) transpose_kernel(int64_t n, Co
 }
 
 void transpose(void* dst, const void* src, const ConvTranspose& t, size_t elem, cudaStream_t stream) {
+  ENGINE_CHECK(elem == 2 || elem == 4, "conv2d: NCHW copies of " << elem << "-byte elements");
   const int64_t n = t.size();
   if (elem == 2)
     transpose_kernel<uint16_t><<<detail::grid_for(n), detail::kBlock, 0, stream>>>(
@@ -625,8 +626,8 @@ bool conv_nchw(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRul
 // ---- one convolution per group ----------------------------------------------------------------
 
 bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
-             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, CandidateLists& memo,
-             std::ostringstream& tried, Choice* ran);
+             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, bool last_resort,
+             CandidateLists& memo, std::ostringstream& tried, Choice* ran);
 
 // Packed copy of one group's slice of `full` (kernels/conv_rules.h's conv_group_slices), and back.
 void gather(void* packed, const void* full, const ConvSlice& s, size_t elem, cudaStream_t stream) {
@@ -665,22 +666,22 @@ bool conv_per_group(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const Co
       case Dir::Fwd:  // in0 = x, in1 = w, out = y
         gather(xs.get(), in0, s.x, elem, stream);
         gather(ws.get(), in1, s.w, elem, stream);
-        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ws.get(), ys.get(), stream, ConvRoute::Search, memo, inner,
-                     ran);
+        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ws.get(), ys.get(), stream, ConvRoute::Search, false, memo,
+                     inner, ran);
         if (ok) scatter(out, ys.get(), s.y, elem, stream);
         break;
       case Dir::BwdData:  // in0 = gy, in1 = w, out = gx
         gather(ys.get(), in0, s.y, elem, stream);
         gather(ws.get(), in1, s.w, elem, stream);
-        ok = conv_at(dir, s.sub, dt, rules, elem, ys.get(), ws.get(), xs.get(), stream, ConvRoute::Search, memo, inner,
-                     ran);
+        ok = conv_at(dir, s.sub, dt, rules, elem, ys.get(), ws.get(), xs.get(), stream, ConvRoute::Search, false, memo,
+                     inner, ran);
         if (ok) scatter(out, xs.get(), s.x, elem, stream);
         break;
       case Dir::BwdFilter:  // in0 = x, in1 = gy, out = gw
         gather(xs.get(), in0, s.x, elem, stream);
         gather(ys.get(), in1, s.y, elem, stream);
-        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ys.get(), ws.get(), stream, ConvRoute::Search, memo, inner,
-                     ran);
+        ok = conv_at(dir, s.sub, dt, rules, elem, xs.get(), ys.get(), ws.get(), stream, ConvRoute::Search, false, memo,
+                     inner, ran);
         if (ok) scatter(out, ws.get(), s.w, elem, stream);
         break;
     }
@@ -715,18 +716,20 @@ const char* route_reason(ConvRoute r) {
   }
 }
 
-// One rule set: the routes of conv_paths(dims) in order, from `first` when this shape has it
-// (a test hook: Padded, Nchw or PerGroup start there, Measured skips the heuristics), or only
-// the composite route cached for the shape. A composite route that runs is cached under the
+// One rule set: the routes of conv_paths(dims, last_resort) in order, from `first` when this
+// shape has it (a test hook: Padded, Nchw or PerGroup start there, Measured skips the
+// heuristics), or only the composite route cached for the shape; if that one fails this time
+// it is forgotten and every route tried. A composite route that runs is cached under the
 // shape's NHWC key and said once on stderr. *ran: the convolution that ran at the bottom.
 bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules& rules, size_t elem,
-             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, CandidateLists& memo,
-             std::ostringstream& tried, Choice* ran) {
+             const void* in0, const void* in1, void* out, cudaStream_t stream, ConvRoute first, bool last_resort,
+             CandidateLists& memo, std::ostringstream& tried, Choice* ran) {
   const Key key = make_key(dir, dims, dt, Layout::Nhwc, in0, in1, out);
   const auto it = g_cache.find(key);
   const bool known = it != g_cache.end() && composite(it->second.route);
   const ConvRoute known_route = known ? it->second.route : ConvRoute::Search;
-  const std::vector<ConvPath> paths = conv_paths(dims);
+  const std::vector<ConvPath> paths = conv_paths(dims, last_resort);
+  bool known_failed = false;
   size_t start = 0;
   for (size_t i = 0; i < paths.size(); ++i)
     if (composite(first) && route_of(paths[i]) == first) start = i;
@@ -747,7 +750,10 @@ bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules
         ok = conv_per_group(dir, dims, dt, rules, elem, in0, in1, out, stream, memo, tried, ran);
         break;
     }
-    if (!ok) continue;
+    if (!ok) {
+      known_failed = known_failed || known;
+      continue;
+    }
     if (composite(route) && !known) {
       g_cache[key] = Choice{route, ran->algo, ran->math, 0, ran->layout};
       const ConvRules asked = asked_rules(dt);
@@ -762,11 +768,16 @@ bool conv_at(Dir dir, const ConvShape& dims, cudnnDataType_t dt, const ConvRules
     }
     return true;
   }
+  if (known_failed) {  // the cached route refused this time (nothing ran): choose again
+    g_cache.erase(key);
+    return conv_at(dir, dims, dt, rules, elem, in0, in1, out, stream, first, last_resort, memo, tried, ran);
+  }
   return false;
 }
 
 // The rule sets of conv_relaxations in order (those asked for first), each through conv_at's
-// routes. Only when all fail does the call throw, with what each candidate list held.
+// routes; one convolution per group only under the last (loosest) rules, the last resort.
+// Only when all fail does the call throw, with what each candidate list held.
 void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, const void* in0, const void* in1,
              void* out, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -780,7 +791,9 @@ void conv_op(Dir dir, const ConvShape& dims, cudnnDataType_t dt, size_t elem, co
     if (level == 0 && first == ConvRoute::Relaxed && levels.size() > 1) continue;
     const ConvRoute start = level == 0 && first != ConvRoute::Relaxed ? first : ConvRoute::Search;
     Choice ran;
-    if (conv_at(dir, dims, dt, levels[level], elem, in0, in1, out, stream, start, memo, tried, &ran)) return;
+    const bool last_resort = level + 1 == levels.size() || first == ConvRoute::PerGroup;  // (or the test hook's)
+    if (conv_at(dir, dims, dt, levels[level], elem, in0, in1, out, stream, start, last_resort, memo, tried, &ran))
+      return;
   }
   ENGINE_FAIL("conv2d " << dir_name(dir) << " (" << dtype_name(dt) << ", " << dims_str(dims)
                         << "): cuDNN offered no algorithm that runs;" << tried.str());

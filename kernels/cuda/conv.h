@@ -47,13 +47,15 @@ void conv2d_backward_filter(const ConvShape& d, const T* x, const T* gy, T* gw, 
 //   Nchw:     the convolution with NCHW descriptors on transposed copies of its tensors, the
 //             output transposed back: cuDNN's NCHW engines offer FMA (non-TF32) FP32
 //             algorithms where NHWC may offer only TF32 ones;
-//   PerGroup: grouped: one ungrouped convolution per group (through the routes above) on
-//             packed copies of the group's channels. Slow (depthwise: C convolutions).
-// All of these are tried within the run's rules first; then:
+// These are tried within the run's rules first; then:
 //   Relaxed:  all of the above again with the rules loosened (kernels/conv_rules.h):
 //             first without determinism (a grouped or depthwise backward-filter may have no
 //             deterministic algorithm), then without strict FP32 (FP32 NHWC may be offered
 //             only as TF32 Tensor Core engines). The one-line warning says what was given up.
+//   PerGroup: grouped, under the loosest rules only (the last resort): one ungrouped
+//             convolution per group (through the routes above) on packed copies of the
+//             group's channels. Slow (depthwise: C convolutions and their copies).
+// A cached fallback that refuses on a later call is forgotten and the routes tried again.
 // Only when all fail does the call throw, saying how many candidates each filter removed and
 // what each tried candidate answered.
 enum class ConvAlgoSearch { Heuristic, Benchmark };
@@ -66,7 +68,8 @@ size_t conv_algo_cache_size();
 void clear_conv_algo_cache();
 // One line per cached choice: direction, dtype (" tf32" after "f32" where TF32 was allowed),
 // shape, "-> algo A (math)", then the workspace, the layout it ran in (nhwc, nchw) and the
-// route; a fallback route's line names the algorithm and math its inner convolution ran.
+// route; a fallback route's line names the algorithm, math and layout its inner convolution
+// ran (no workspace: the inner line has it).
 // (Also printed to stderr as they are made when the environment sets ENGINE_CUDNN_LOG=1.)
 std::string conv_algo_report();
 // The report's lines for one shape (every direction and dtype): tests read which math ran,

@@ -136,11 +136,13 @@ void expect_route(const kernels::ConvShape& d, DType dt, const std::string& rout
 }
 
 // The cases in the given dtypes, GPU against CPU, forward and both gradients; FP32 must have
-// run FMA math.
-void check_convs(const std::vector<ConvCase>& cases, const std::vector<DType>& dtypes) {
+// run FMA math. Each caller passes its own seed: the caching allocator may hand an output the
+// block that held the same result in an earlier test, which would hide a route that leaves
+// part of its output unwritten.
+void check_convs(const std::vector<ConvCase>& cases, const std::vector<DType>& dtypes, uint64_t seed) {
   for (const ConvCase& cs : cases) {
     for (DType dt : dtypes) {
-      engine::manual_seed(41);
+      engine::manual_seed(seed);
       const Tensor x = engine::uniform({3, 9, 9, cs.c}, -1, 1, dt);
       const Tensor w = engine::uniform({cs.k, cs.r, cs.r, cs.c / cs.groups}, -1, 1, dt);
       const Tensor b = engine::uniform({cs.k}, -1, 1, dt);
@@ -155,7 +157,7 @@ void check_convs(const std::vector<ConvCase>& cases, const std::vector<DType>& d
     }
   }
 }
-void check_grouped_convs() { check_convs(kGroupedCases, kAllTypes); }
+void check_grouped_convs(uint64_t seed) { check_convs(kGroupedCases, kAllTypes, seed); }
 
 // Starts the choice at `route` (cache cleared), and restores the normal order after, even when
 // a REQUIRE aborts the test.
@@ -172,7 +174,7 @@ struct RouteGuard {
 }  // namespace
 
 TEST_CASE("depthwise and grouped convolution on the GPU (cuDNN groups) match the CPU", "[cuda]") {
-  check_grouped_convs();
+  check_grouped_convs(41);
 }
 
 TEST_CASE("strict FP32 convolutions run FMA math, not TF32", "[cuda]") {
@@ -180,8 +182,8 @@ TEST_CASE("strict FP32 convolutions run FMA math, not TF32", "[cuda]") {
   // relaxed: each shape compared at FP32's bounds must say FMA in the report.
   REQUIRE(!kg::allow_tf32());
   kg::clear_conv_algo_cache();
-  check_convs(kUngroupedCases, {DType::F32});
-  check_convs(kGroupedCases, {DType::F32});
+  check_convs(kUngroupedCases, {DType::F32}, 42);
+  check_convs(kGroupedCases, {DType::F32}, 43);
   UNSCOPED_INFO(kg::conv_algo_report());
 }
 
@@ -190,7 +192,7 @@ TEST_CASE("depthwise and grouped convolution through the relaxed route give the 
   // route that loosens them (first determinism, then strict FP32) must still be right.
   REQUIRE(kg::deterministic());  // tests/cuda/main.cpp sets it: there is a rule to relax
   RouteGuard guard(kg::ConvRoute::Relaxed);
-  check_grouped_convs();
+  check_grouped_convs(44);
   const std::string report = kg::conv_algo_report();
   INFO(report);
   CHECK(report.find("relaxed rules: nothing runs it under strict FP32, deterministic") != std::string::npos);
@@ -200,8 +202,8 @@ TEST_CASE("depthwise and grouped convolution through the relaxed route give the 
 TEST_CASE("convolutions on NCHW copies (the route before strict FP32 is given up) match the CPU", "[cuda]") {
   // As if nothing ran in NHWC: transposed copies, NCHW descriptors, the output transposed back.
   RouteGuard guard(kg::ConvRoute::Nchw);
-  check_convs(kUngroupedCases, kAllTypes);
-  check_grouped_convs();
+  check_convs(kUngroupedCases, kAllTypes, 45);
+  check_grouped_convs(46);
   // FP32 must have run there, with FMA math (checked above). FP16 and BF16 may find no NCHW
   // algorithm for a shape and go on to the next route, still compared above: said, not failed.
   for (const std::vector<ConvCase>* cases : {&kUngroupedCases, &kGroupedCases})
@@ -216,20 +218,22 @@ TEST_CASE("grouped and depthwise convolution one group at a time (the last resor
   // As if nothing ran the grouped shape: per group, packed copies of its channels, one
   // ungrouped convolution, the result copied into the group's part of the output.
   RouteGuard guard(kg::ConvRoute::PerGroup);
-  check_grouped_convs();
+  check_grouped_convs(47);
   for (const ConvCase& cs : kGroupedCases)
     for (DType dt : kAllTypes) {
       INFO("c " << cs.c << " k " << cs.k << " r " << cs.r << " groups " << cs.groups);
       expect_route(shape_of(cs), dt, "one convolution per group");
     }
-  // The groups share one sub-shape's choice: one report line per sub-shape, direction and
-  // dtype, not one per group.
+  // The groups share one sub-shape's choice: per sub-shape, direction and dtype one report
+  // line, or two when it ran on NCHW copies (the copies' line and their inner choice's, both
+  // under the sub-shape's dims), never one per group (32 here).
   const kernels::ConvShape sub{3, 9, 9, 1, 1, 3, 3, 1, 1};  // the 3x3 depthwise case's group
   for (const char* dir : kDirections) {
     const std::string prefix = std::string("conv ") + dir + " f32 ";
     int lines = 0;
     for (const std::string& line : kg::conv_report_lines(sub)) lines += line.compare(0, prefix.size(), prefix) == 0;
     INFO(dir << "; the report:\n" << kg::conv_algo_report());
-    CHECK(lines == 1);
+    CHECK(lines >= 1);
+    CHECK(lines <= 2);
   }
 }

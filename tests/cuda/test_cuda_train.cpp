@@ -81,9 +81,10 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 // The weights after the Adam steps: each within what rounding can flip (tests/adam_bound.h, for
 // 2 steps at lr 1e-3: 4.0e-3), and together within kMaxRatio of the CPU's moves, which a
-// learning rate 5% off on one side exceeds. Measured on the CPU (tests/test_optim.cpp): FP16
-// against FP32 0.004, FP16 against BF16 0.015, FP16 against FP16 with lr 5% off 0.056.
-static void check_adam_weights(const Run& cpu, const Run& gpu) {
+// learning rate 5% off on one side exceeds (FP32: max_ratio 1e-3). Measured on the CPU
+// (tests/test_optim.cpp): FP32 against FP64 2e-7, FP16 against FP32 0.004, FP16 against BF16
+// 0.015, FP16 against FP16 with lr 5% off 0.056.
+static void check_adam_weights(const Run& cpu, const Run& gpu, double max_ratio) {
   REQUIRE(cpu.weights.size() == gpu.weights.size());
   REQUIRE(cpu.initial == gpu.initial);  // the same start, or neither bound means anything
   const double reach = 2 * kAdamLr * adam_bound::reach(kSteps, kBeta1, kBeta2);
@@ -96,7 +97,7 @@ static void check_adam_weights(const Run& cpu, const Run& gpu) {
   // Beyond the reach only FP32 rounding: a few ulps of each step, and the masters' 2^-24 of |w|
   // per step and device.
   CHECK(g.worst <= reach * (1 + 1e-6) + 2 * kSteps * std::ldexp(scale, -24));
-  CHECK(g.ratio <= adam_bound::kMaxRatio);
+  CHECK(g.ratio <= max_ratio);
 }
 
 TEST_CASE("simplecnn training steps on CUDA match the CPU", "[cuda]") {
@@ -113,7 +114,10 @@ TEST_CASE("simplecnn training steps on CUDA match the CPU", "[cuda]") {
     const Run gpu = train_steps(engine::Device::cuda(0), c.dt, c.adam, c.scaled);
     CHECK(std::isfinite(gpu.loss));
     CHECK(gpu.loss == Approx(cpu.loss).epsilon(c.tol));
-    if (c.adam) check_adam_weights(cpu, gpu);
+    // FP32 rounds 2^13 times finer than FP16: its own bound (the CPU's FP32 against FP64: 2e-7)
+    // leaves room for some 260 flipped weights (0 on the CPU) and still catches a learning rate
+    // 0.2% off, or a wrong beta2 (0.3% at step 2).
+    if (c.adam) check_adam_weights(cpu, gpu, c.dt == DType::F32 ? 1e-3 : adam_bound::kMaxRatio);
     else CHECK(max_rel_diff(cpu.weights, gpu.weights) <= c.tol);
   }
 }
