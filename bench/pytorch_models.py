@@ -150,11 +150,60 @@ def efficientnet_b0(classes=10):
     return nn.Sequential(*mods)
 
 
+class Scale(nn.Module):
+    """x * factor (airbench's logit scale), as engine::Scale."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def dirac_conv(cin, cout):
+    """conv3x3 'same' without bias, its first cin filters the identity (the rest default init)."""
+    conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+    nn.init.dirac_(conv.weight.data[:cin])
+    return conv
+
+
+def fixed_scale_bn(channels):
+    """Batch-norm without a learned scale (weight frozen at 1), eps 1e-12, momentum 0.4."""
+    bn = nn.BatchNorm2d(channels, eps=1e-12, momentum=0.4)
+    bn.weight.requires_grad_(False)
+    return bn
+
+
+def airbench94_group(cin, cout):
+    return nn.Sequential(dirac_conv(cin, cout), nn.MaxPool2d(2), fixed_scale_bn(cout), nn.GELU(),
+                         dirac_conv(cout, cout), fixed_scale_bn(cout), nn.GELU())
+
+
+def airbench94(classes=10):
+    """models::airbench94: whitening conv 2x2 3->24 (weights set from the data and frozen, bias
+    zero), GELU, three groups 64, 256, 256, maxpool 3, linear 256->classes without bias, x 1/9."""
+    whiten = nn.Conv2d(3, 24, 2, padding=0, bias=True)
+    whiten.weight.requires_grad_(False)
+    nn.init.zeros_(whiten.bias)
+    return nn.Sequential(whiten, nn.GELU(), airbench94_group(24, 64), airbench94_group(64, 256),
+                         airbench94_group(256, 256), nn.MaxPool2d(3), nn.Flatten(),
+                         nn.Linear(256, classes, bias=False), Scale(1.0 / 9.0))
+
+
 MODELS = {"simplecnn": simplecnn, "resnet9": resnet9, "resnet18": resnet18, "resnet50": resnet50,
-          "efficientnet_b0": efficientnet_b0}
+          "efficientnet_b0": efficientnet_b0, "airbench94": airbench94}
+
+# The per-channel normalisation each model trains with (models::input_normalisation).
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def to_input(images_u8_nhwc):
-    """uint8 [N, 32, 32, 3] RGB -> float NCHW in [-1, 1], the trainer's normalisation."""
+def to_input(images_u8_nhwc, model="simplecnn"):
+    """uint8 [N, 32, 32, 3] RGB -> float NCHW as the trainer normalises for `model`: [-1, 1], or
+    CIFAR-10's mean and std for airbench94."""
     x = torch.as_tensor(images_u8_nhwc).permute(0, 3, 1, 2).float() / 255.0
+    if model == "airbench94":
+        mean = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
+        return (x - mean) / std
     return (x - 0.5) / 0.5

@@ -1,11 +1,13 @@
 // Module bookkeeping (parameters, modes, compute copies) and the layers' forward passes.
 #include "engine/nn.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <typeinfo>
 
 #include "engine/autocast.h"
+#include "engine/ops_internal.h"
 #include "engine/random.h"
 
 namespace engine {
@@ -25,6 +27,16 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out = {{"", this}};
   for (const auto& [name, child] : children_)
     for (const auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (const auto& [path, m] : named_modules()) {
+    std::vector<std::pair<std::string, Tensor*>> own;
+    m->own_buffers(own);
+    for (auto& [name, t] : own) out.emplace_back(path.empty() ? name : path + "." + name, t);
+  }
   return out;
 }
 
@@ -86,6 +98,14 @@ ParamPtr Module::add_parameter(const std::string& name, Tensor init, bool follow
   return p;
 }
 
+void Parameter::set_trainable(bool on) {
+  trainable = on;
+  value.set_requires_grad(on);
+  // The master takes the gradient itself only when it is the value (no compute copy).
+  master.set_requires_grad(on && value.same_storage(master));
+  if (!on && value.grad().defined()) value.set_grad(Tensor());
+}
+
 void Module::add_module(const std::string& name, std::shared_ptr<Module> m) {
   ENGINE_CHECK(m != nullptr, "add_module: null module '" << name << "'");
   children_.emplace_back(name, std::move(m));
@@ -96,7 +116,7 @@ void Module::set_compute_dtype(DType dtype) {
   for (auto& p : parameters()) {
     if (!p->follows_compute_dtype || p->master.dtype() == dtype) {
       p->value = p->master;
-      p->master.set_requires_grad(true);
+      p->master.set_requires_grad(p->trainable);
       continue;
     }
     p->master.set_requires_grad(false);  // the gradient now arrives on the compute copy
@@ -104,7 +124,7 @@ void Module::set_compute_dtype(DType dtype) {
     NoGradScope no_grad;
     p->value = Tensor::empty(p->master.shape(), dtype, p->master.device(), MemKind::Weights);
     p->value.copy_from(cast(p->master, dtype));
-    p->value.set_requires_grad(true);
+    p->value.set_requires_grad(p->trainable);
   }
 }
 
@@ -151,7 +171,7 @@ void Module::to(Device d) {
     Tensor m = p->master.to(d);
     m.set_requires_grad(p->master.requires_grad());
     Tensor v = separate ? p->value.to(d) : m;
-    if (separate) v.set_requires_grad(true);
+    if (separate) v.set_requires_grad(p->trainable);
     p->master = m;
     p->value = v;
   }
@@ -216,6 +236,28 @@ std::string Conv2d::describe() const {
   return os.str();
 }
 
+void dirac_init(Conv2d& conv) {
+  const Shape& ws = conv.weight->master.shape();  // [out, r, s, in]
+  const int64_t out = ws[0], r = ws[1], s = ws[2], in = ws[3];
+  ENGINE_CHECK(conv.groups == 1 && r % 2 == 1 && s % 2 == 1,
+               "dirac_init: needs an ungrouped convolution with an odd kernel, got " << conv.describe());
+  std::vector<double> w = conv.weight->master.to_vector();
+  for (int64_t k = 0; k < std::min(in, out); ++k) {
+    double* f = w.data() + k * r * s * in;
+    std::fill(f, f + r * s * in, 0.0);
+    f[((r / 2) * s + s / 2) * in + k] = 1.0;
+  }
+  NoGradScope no_grad;
+  conv.weight->master.copy_from(Tensor::from_vector(w, ws, conv.weight->master.dtype()));
+  if (!conv.weight->value.same_storage(conv.weight->master)) conv.weight->value.copy_from(cast(conv.weight->master, conv.weight->value.dtype()));
+}
+
+std::string Scale::describe() const {
+  std::ostringstream os;
+  os << "Scale(" << factor << ")";
+  return os.str();
+}
+
 Linear::Linear(int64_t in, int64_t out, bool with_bias) {
   ENGINE_CHECK(in > 0 && out > 0, "Linear: bad sizes in=" << in << " out=" << out);
   weight = add_parameter("weight", fan_in_uniform({out, in}, in));
@@ -229,9 +271,11 @@ std::string Linear::describe() const {
   return "Linear(" + std::to_string(s[1]) + "->" + std::to_string(s[0]) + (bias ? ")" : ", no bias)");
 }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, double momentum_, double eps_) : momentum(momentum_), eps(eps_) {
+BatchNorm2d::BatchNorm2d(int64_t channels, double momentum_, double eps_, bool learn_scale)
+    : momentum(momentum_), eps(eps_) {
   ENGINE_CHECK(channels > 0, "BatchNorm2d: bad channel count " << channels);
   gamma = add_parameter("weight", Tensor::full({channels}, 1.0, DType::F32), false);
+  if (!learn_scale) gamma->set_trainable(false);
   beta = add_parameter("bias", Tensor::zeros({channels}, DType::F32), false);
   running_mean = Tensor::empty({channels}, DType::F32, Device::cpu(), MemKind::Weights);
   running_mean.zero();
@@ -359,6 +403,52 @@ std::string Sequential::describe() const {
   std::string s = "Sequential(\n";
   for (const auto& [name, c] : children_) s += "  (" + name + "): " + c->describe() + "\n";
   return s + ")";
+}
+
+// ---- the weight average ----------------------------------------------------------------------
+
+std::vector<Tensor*> WeightAverage::targets(Module& model) const {
+  std::vector<Tensor*> out;
+  for (auto& [name, p] : model.named_parameters()) out.push_back(&p->master);
+  for (auto& [name, t] : model.named_buffers()) out.push_back(t);
+  ENGINE_CHECK(out.size() == avg_.size(), "WeightAverage: the model has " << out.size() << " tensors, the average "
+                                                                          << avg_.size());
+  return out;
+}
+
+WeightAverage::WeightAverage(Module& model) {
+  MemKindScope kind(MemKind::Weights);
+  NoGradScope no_grad;
+  auto keep = [&](const std::string& name, const Tensor& t) {
+    ENGINE_CHECK(t.dtype() == DType::F32, "WeightAverage: '" << name << "' is " << t.desc() << ", not f32");
+    Tensor copy = Tensor::empty(t.shape(), DType::F32, t.device(), MemKind::Weights);
+    copy.copy_from(t);
+    avg_.emplace_back(name, copy);
+  };
+  for (auto& [name, p] : model.named_parameters()) keep("param/" + name, p->master);
+  for (auto& [name, t] : model.named_buffers()) keep("buffer/" + name, *t);
+}
+
+void WeightAverage::update(Module& model, double decay) {
+  ENGINE_CHECK(decay >= 0 && decay <= 1, "WeightAverage: decay " << decay << " outside [0, 1]");
+  const std::vector<Tensor*> ts = targets(model);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    Tensor& a = avg_[i].second;
+    Tensor& w = *ts[i];
+    ENGINE_CHECK(a.shape() == w.shape() && a.device() == w.device(),
+                 "WeightAverage: '" << avg_[i].first << "' is now " << w.desc() << ", its average " << a.desc());
+    ENGINE_KERNEL("weight average", w.device(), DType::F32, T,
+                  K::weight_average(a.data<T>(), w.data<T>(), 1.0 - decay, w.numel(), stream));
+  }
+  model.refresh_compute_copies();
+}
+
+void WeightAverage::save_state(StateDict& out) const {
+  for (const auto& [name, a] : avg_) out.put("average/" + name, a);
+}
+
+void WeightAverage::load_state(const StateDict& in) {
+  for (auto& [name, a] : avg_) load_into(a, in, "average/" + name);
 }
 
 }  // namespace engine

@@ -22,6 +22,12 @@ struct Parameter {
   Tensor master;
   Tensor value;
   bool follows_compute_dtype = true;  // false for batch-norm parameters: they stay FP32
+  // A frozen parameter (PyTorch's requires_grad = False) gets no gradient, so no optimizer
+  // step, weight decay or momentum moves it; it may be thawed again later (a layer trained
+  // for the first epochs only). Freezing drops the kept gradient, as zero_grad(set_to_none)
+  // does: a zeroed one would still be stepped.
+  bool trainable = true;
+  void set_trainable(bool on);
   Tensor grad() const { return value.grad(); }
 };
 using ParamPtr = std::shared_ptr<Parameter>;
@@ -46,6 +52,9 @@ class Module {
   std::vector<ParamPtr> parameters() const;
   std::vector<std::pair<std::string, ParamPtr>> named_parameters() const;
   int64_t num_parameters() const;
+  // The floating buffers (batch-norm running statistics) of this module and its children,
+  // keyed like named_parameters(): what a weight average follows besides the parameters.
+  std::vector<std::pair<std::string, Tensor*>> named_buffers();
   // This module ("") and every descendant, keyed by the same paths ("0", "0.1").
   std::vector<std::pair<std::string, Module*>> named_modules();
   void train(bool on = true);
@@ -71,6 +80,8 @@ class Module {
   virtual void load_extra(const std::string& prefix, const StateDict& in);
 
  protected:
+  // This module's own floating buffers, local names ("running_mean").
+  virtual void own_buffers(std::vector<std::pair<std::string, Tensor*>>& out) { (void)out; }
   ParamPtr add_parameter(const std::string& name, Tensor init, bool follows_compute_dtype = true);
   void add_module(const std::string& name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, std::vector<std::pair<std::string, ParamPtr>>& out) const;
@@ -114,7 +125,8 @@ class Linear : public Module {
 
 class BatchNorm2d : public Module {
  public:
-  explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
+  // learn_scale = false: the scale (gamma, "weight") stays 1, frozen; only the shift learns.
+  explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5, bool learn_scale = true);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
   void to(Device d) override;
@@ -123,6 +135,44 @@ class BatchNorm2d : public Module {
   ParamPtr gamma, beta;
   Tensor running_mean, running_var;  // buffers, FP32
   double momentum, eps;
+
+ protected:
+  void own_buffers(std::vector<std::pair<std::string, Tensor*>>& out) override {
+    out.emplace_back("running_mean", &running_mean);
+    out.emplace_back("running_var", &running_var);
+  }
+};
+
+// A running average of a model's weights (airbench's "lookahead"): FP32 copies of every
+// parameter's master and of the floating buffers (batch-norm statistics), on the model's
+// device. update(model, decay) moves each copy (1 - decay) of the way toward the model's value
+// and then sets the model to the average (masters, then compute copies), one in-place pass per
+// tensor; decay 1 only puts the average into the model. Checkpoints carry the average, so a
+// resumed run continues it bit for bit.
+class WeightAverage {
+ public:
+  explicit WeightAverage(Module& model);  // starts as the model's values
+  void update(Module& model, double decay);
+  void save_state(StateDict& out) const;  // "average/<name>"
+  void load_state(const StateDict& in);
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> avg_;  // parameters (by path), then buffers
+  std::vector<Tensor*> targets(Module& model) const;  // the model's tensors, in avg_'s order
+};
+
+// Every input channel passed through unchanged by the first `in` filters (PyTorch's
+// nn.init.dirac_ on weight[:in]): filter k < min(in, out) is 1 at its centre tap for channel k
+// and 0 elsewhere; the other filters (and the bias) keep what they had. Odd kernels, no groups.
+void dirac_init(Conv2d& conv);
+
+// x * factor (airbench's logit scale, 1/9).
+class Scale : public Module {
+ public:
+  explicit Scale(double factor) : factor(factor) {}
+  Tensor forward(const Tensor& x) override { return scale(x, factor); }
+  std::string describe() const override;
+  double factor;
 };
 
 class ReLU : public Module {

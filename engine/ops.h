@@ -53,9 +53,13 @@ Tensor channel_gate(const Tensor& x, const Tensor& gate);
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                   Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 
-// Mean cross-entropy of logits [N,K] (any float dtype) against I32 labels [N], with label
-// smoothing; computed in FP32 (FP64 for FP64 logits) and returned as a 1-element FP32/FP64 tensor.
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0);
+// Cross-entropy of logits [N,K] (any float dtype) against I32 labels [N], with label
+// smoothing, averaged (Mean) or summed (Sum: airbench's; the gradient then does not shrink with
+// the batch) over the rows; computed in FP32 (FP64 for FP64 logits) and returned as a 1-element
+// FP32/FP64 tensor.
+enum class Reduction { Mean, Sum };
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
+                     Reduction reduction = Reduction::Mean);
 
 // Sum of all elements in the accumulation type (FP32 or FP64), as a 1-element tensor.
 Tensor sum(const Tensor& x);

@@ -19,6 +19,9 @@ void make_batch(const Tensor& images, const Tensor& labels, const Tensor& indice
   ENGINE_CHECK(y.defined() && y.dtype() == DType::I32 && y.shape() == Shape{b},
                "make_batch: label output must be i32[" << b << "], got " << y.desc());
   ENGINE_CHECK(cfg.pad >= 0 && cfg.pad < images.dim(1) && cfg.pad < images.dim(2), "make_batch: bad crop padding " << cfg.pad);
+  ENGINE_CHECK(!cfg.fixed || (cfg.view.dy >= 0 && cfg.view.dy <= 2 * cfg.pad && cfg.view.dx >= 0 && cfg.view.dx <= 2 * cfg.pad),
+               "make_batch: the fixed view's offset (" << cfg.view.dy << ", " << cfg.view.dx << ") is outside [0, "
+                                                       << 2 * cfg.pad << "]");
   ENGINE_CHECK(images.dim(3) <= 3, "make_batch: at most 3 channels are normalised, got " << images.dim(3));
   ENGINE_CHECK(labels.device() == images.device() && indices.device() == images.device() &&
                    x.device() == images.device() && y.device() == images.device(),

@@ -5,7 +5,7 @@
 
 namespace engine {
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, double label_smoothing) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, double label_smoothing, Reduction reduction) {
   const Tensor logits = autocast_input("cross_entropy", logits_in);  // FP32 under autocast
   check_float("cross_entropy", logits, "logits");
   check_defined("cross_entropy", labels, "labels");
@@ -46,7 +46,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, double label
       return {g};
     });
   }
-  return loss;
+  // The sum is the mean times the rows, recorded as the scale op: its backward hands the
+  // kernel's mean-gradient N times the incoming gradient, so each row's gradient is (p - y)
+  // times it, rounded once into the logits' dtype as for the mean.
+  return reduction == Reduction::Sum ? scale(loss, static_cast<double>(rows)) : loss;
 }
 
 }  // namespace engine

@@ -32,7 +32,8 @@ void Optimizer::sync_steps_to_device() {
 
 
 
-Optimizer::Optimizer(std::vector<ParamPtr> params, double lr_) : lr(lr_), params_(std::move(params)) {
+Optimizer::Optimizer(std::vector<ParamPtr> params, double lr_)
+    : lr(lr_), params_(std::move(params)), options_(params_.size()) {
   ENGINE_CHECK(lr_ > 0 && std::isfinite(lr_), "optimizer: learning rate " << lr_ << " must be positive");
   for (auto& p : params_) {
     ENGINE_CHECK(p && p->master.defined(), "optimizer: undefined parameter");
@@ -43,6 +44,20 @@ Optimizer::Optimizer(std::vector<ParamPtr> params, double lr_) : lr(lr_), params
 
 void Optimizer::zero_grad() {
   for (auto& p : params_) p->value.zero_grad();
+}
+
+void Optimizer::set_param_group(const std::vector<ParamPtr>& params, double lr_scale, double weight_decay) {
+  ENGINE_CHECK(steps_ == 0 && !dev_, "optimizer: set parameter groups before the first step");
+  ENGINE_CHECK(lr_scale > 0 && std::isfinite(lr_scale) && std::isfinite(weight_decay),
+               "optimizer: a group's lr scale must be positive and its weight decay finite, got " << lr_scale << ", "
+                                                                                                << weight_decay);
+  for (const ParamPtr& p : params) {
+    size_t i = 0;
+    while (i < params_.size() && params_[i] != p) ++i;
+    ENGINE_CHECK(i < params_.size(), "optimizer: parameter group names '" << (p ? p->name : "null")
+                                                                          << "', which this optimizer does not hold");
+    options_[i] = kernels::GroupOptions{lr_scale, weight_decay};
+  }
 }
 
 const char* state_format_name(StateFormat f) {
@@ -209,6 +224,8 @@ cuda::OptimizerPlan& Optimizer::device_plan() {
     cuda::ParamRefs r;
     r.grad = p.grad();
     r.master = p.master.data<float>();
+    r.lr_scale = options_[i].lr_scale;
+    r.weight_decay = options_[i].weight_decay;
     state_refs(i, r);
     if (!p.value.same_storage(p.master)) r.copy = p.value;
     refs.push_back(r);
@@ -311,7 +328,7 @@ kernels::SgdConfig SGD::config() const {
 }
 
 void SGD::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
-  const kernels::SgdConfig c = config();
+  const kernels::SgdConfig c = kernels::for_group(config(), options_[i].lr_scale, options_[i].weight_decay);
   const bool first = momentum > 0 && !momentum_buffers[i].defined();
   if (first) {
     momentum_buffers[i] = state_like(p);
@@ -411,7 +428,7 @@ void Adam::update(size_t i, Parameter& p, const Tensor& g, double inv_scale) {
       exp_avg_sq_absmax[i] = absmax_like(p);
     }
   }
-  const kernels::AdamConfig c = config();
+  const kernels::AdamConfig c = kernels::for_group(config(), options_[i].lr_scale, options_[i].weight_decay);
   if (format_ != StateFormat::F32) {
     dispatch_update(p, g, [&](auto* grad, auto* master, auto* copy) {
       using P = std::remove_pointer_t<decltype(master)>;

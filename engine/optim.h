@@ -61,6 +61,10 @@ class Optimizer {
   void set_state_format(StateFormat f);
   StateFormat state_format() const { return format_; }
   void zero_grad();
+  // Parameter groups: these parameters (each one of this optimizer's) take lr * lr_scale and
+  // their own weight decay (negative: the optimizer's). Before the first step.
+  void set_param_group(const std::vector<ParamPtr>& params, double lr_scale, double weight_decay);
+  const kernels::GroupOptions& group_options(size_t i) const { return options_[i]; }
   int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
   const std::vector<ParamPtr>& params() const { return params_; }
   // Indices of the parameters a step updates now: those holding a gradient.
@@ -92,6 +96,7 @@ class Optimizer {
   cuda::OptimizerPlan& device_plan();  // the plan over the stepped parameters, up to date
 
   std::vector<ParamPtr> params_;
+  std::vector<kernels::GroupOptions> options_;  // one per parameter
   StateFormat format_ = StateFormat::F32;
   int64_t steps_ = 0;
   bool last_skipped_ = false;

@@ -9,6 +9,20 @@
 
 namespace kernels {
 
+// One parameter's group options (PyTorch's param_groups, reduced to what differs between the
+// groups here): its learning rate is the optimizer's times lr_scale, so a schedule that sets
+// the optimizer's moves every group alike (as LambdaLR scales each group's initial lr); its
+// weight decay is its own, or the optimizer's when negative.
+struct GroupOptions {
+  double lr_scale = 1.0;
+  double weight_decay = -1.0;
+};
+template <class Config> ENGINE_HD Config for_group(Config c, double lr_scale, double weight_decay) {
+  c.lr *= lr_scale;
+  if (weight_decay >= 0) c.weight_decay = weight_decay;
+  return c;
+}
+
 struct SgdConfig {
   double lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -60,6 +74,13 @@ template <class P> ENGINE_HD void adam_update(P& w, P g, P& m, P& v, const AdamC
 }
 template <class P> ENGINE_HD void adam_update(P& w, P g, P& m, P& v, const AdamConfig& c) {
   adam_update<P>(w, g, m, v, AdamCoefficients<P>(c));
+}
+
+// A weight average's step (engine/optim.h WeightAverage): the average moves `weight` of the way
+// to the weight, then the weight takes the average (airbench's lookahead).
+template <class P> ENGINE_HD void average_step(P& avg, P& w, P weight) {
+  avg += weight * (w - avg);
+  w = avg;
 }
 
 }  // namespace kernels

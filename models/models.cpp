@@ -191,8 +191,47 @@ std::shared_ptr<Module> resnet9(int classes) {
   return net;
 }
 
+std::shared_ptr<Module> airbench94(int classes) {
+  // conv (Dirac) -> pool -> BN -> GELU -> conv (Dirac) -> BN -> GELU.
+  auto conv = [](int64_t in, int64_t out) {
+    auto c = make_shared<engine::Conv2d>(in, out, 3, 1, 1, false);
+    engine::dirac_init(*c);
+    return c;
+  };
+  auto bn = [](int64_t ch) { return make_shared<engine::BatchNorm2d>(ch, 0.4, 1e-12, false); };
+  auto group = [&](int64_t in, int64_t out) {
+    auto s = make_shared<Sequential>();
+    s->add(conv(in, out)).add(make_shared<engine::MaxPool2d>(2)).add(bn(out)).add(make_shared<engine::GELU>())
+        .add(conv(out, out)).add(bn(out)).add(make_shared<engine::GELU>());
+    return s;
+  };
+  auto whiten = make_shared<engine::Conv2d>(3, 24, 2, 1, 0, true);
+  whiten->bias->master.zero();
+  whiten->weight->set_trainable(false);
+  auto net = make_shared<Sequential>();
+  net->add(whiten).add(make_shared<engine::GELU>())
+      .add(group(24, 64)).add(group(64, 256)).add(group(256, 256))
+      .add(make_shared<engine::MaxPool2d>(3)).add(make_shared<engine::Flatten>())
+      .add(make_shared<engine::Linear>(256, classes, false)).add(make_shared<engine::Scale>(1.0 / 9.0));
+  return net;
+}
+
+kernels::AugmentConfig input_normalisation(const std::string& model) {
+  kernels::AugmentConfig c;  // [0, 255] -> [-1, 1]
+  if (model == "airbench94") {
+    // CIFAR-10's channel means and standard deviations (as airbench normalises).
+    const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, std[3] = {0.2470f, 0.2435f, 0.2616f};
+    for (int k = 0; k < 3; ++k) {
+      c.scale[k] = 1.0f / (255.0f * std[k]);
+      c.shift[k] = -mean[k] / std[k];
+    }
+  }
+  return c;
+}
+
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"};
+  static const std::vector<std::string> names = {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0",
+                                                 "airbench94"};
   return names;
 }
 
@@ -202,7 +241,8 @@ std::shared_ptr<Module> make_model(const std::string& name, int classes) {
   if (name == "resnet18") return resnet18(classes);
   if (name == "resnet50") return resnet50(classes);
   if (name == "efficientnet_b0") return efficientnet_b0(classes);
-  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18, resnet50 or efficientnet_b0)");
+  if (name == "airbench94") return airbench94(classes);
+  ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18, resnet50, efficientnet_b0 or airbench94)");
 }
 
 std::string pytorch_path(const std::string& model, const std::string& path) {
@@ -234,10 +274,11 @@ const PytorchNaming& pytorch_naming(const std::string& model) {
       {"resnet18", {}},
       {"resnet50", {}},
       {"efficientnet_b0", {}},
+      {"airbench94", {}},
   };
   auto it = table.find(model);
-  ENGINE_CHECK(it != table.end(),
-               "unknown model '" << model << "' (choose simplecnn, resnet9, resnet18, resnet50 or efficientnet_b0)");
+  ENGINE_CHECK(it != table.end(), "unknown model '" << model
+                                      << "' (choose simplecnn, resnet9, resnet18, resnet50, efficientnet_b0 or airbench94)");
   return it->second;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/nn.h"
+#include "kernels/augment_math.h"
 
 namespace models {
 
@@ -48,6 +49,19 @@ std::shared_ptr<engine::Module> resnet50(int classes = 10);
 // project, identity shortcut when shapes allow), SiLU throughout, dropout 0.2 before the head.
 // 4,020,358 parameters with a 10-class head, torchvision's count. No drop-connect.
 std::shared_ptr<engine::Module> efficientnet_b0(int classes = 10);
+
+// airbench94 (Keller Jordan, arXiv 2404.00498), written from its published description: a 2x2
+// whitening convolution 3->24 (no padding, with bias; weights computed from the data by
+// models/whitening.h and frozen), GELU, three conv groups of widths 64, 256, 256 (conv3x3 'same'
+// without bias, maxpool 2, batch-norm, GELU, conv3x3, batch-norm, GELU; batch-norm without a
+// learned scale, eps 1e-12, running-stat momentum 0.4; each conv Dirac on its first c_in
+// filters), maxpool 3, linear 256->10 without bias, logits times 1/9. The whitening weights
+// here are the default init until init_whitening runs, and its bias is zero.
+std::shared_ptr<engine::Module> airbench94(int classes = 10);
+
+// The input normalisation each model trains with (kernels/augment_math.h's scale and shift):
+// airbench94 CIFAR-10's per-channel mean and std; the others [0, 255] -> [-1, 1].
+kernels::AugmentConfig input_normalisation(const std::string& model);
 
 const std::vector<std::string>& model_names();
 // The model by name; an unknown name is an engine::Error listing the known ones.

@@ -229,7 +229,7 @@ int run(const Options& o) {
 
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
-  const kernels::AugmentConfig norm;  // the trainer's normalisation, no augmentation
+  const kernels::AugmentConfig norm = models::input_normalisation(l.model_name);  // the trainer's, no augmentation
   int64_t labelled = 0, correct = 0;
   const int64_t n = static_cast<int64_t>(files.size());
   for (int64_t begin = 0; begin < n; begin += o.batch_size) {

@@ -38,6 +38,8 @@
 #include "models/stop_signals.h"
 #include "models/trainer_args.h"
 #include "models/train_step.h"
+#include "models/tta.h"
+#include "models/whitening.h"
 
 namespace {
 
@@ -90,13 +92,15 @@ struct EvalResult { double loss = 0, accuracy = 0; };
 // Test loss and accuracy with the model in eval mode, with activations in `dtype`. Across
 // ranks each takes its share of the test set (of batch / ranks images at a time), with rank
 // 0's batch-norm statistics (as DDP), and the sums are added.
-EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int64_t batch, engine::Device device) {
+// With `tta`, each batch's logits are models/tta.h's weighted mean over its views.
+EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int64_t batch, engine::Device device,
+                    const kernels::AugmentConfig& norm, bool tta = false) {
   namespace dist = engine::dist;
   dist::broadcast_buffers(model);
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
   model.eval();
-  const kernels::AugmentConfig norm;
+  const std::vector<models::TtaView> views = tta ? models::tta_views(norm) : std::vector<models::TtaView>{};
   double loss_sum = 0;
   int64_t correct = 0;
   const int64_t ranks = dist::world().size, rank = dist::world().rank;
@@ -109,8 +113,13 @@ EvalResult evaluate(engine::Module& model, const Split& split, DType dtype, int6
     Tensor indices = Tensor::from_ints(idx, {b});
     if (device.is_cuda()) indices = indices.to(device);
     Tensor x = Tensor::empty({b, 32, 32, 3}, dtype, device), y = Tensor::empty({b}, DType::I32, device);
-    engine::make_batch(split.images, split.labels, indices, false, norm, 0, 0, x, y);
-    Tensor logits = model(x);
+    Tensor logits;
+    if (tta) {
+      logits = models::tta_logits(model, views, split.images, split.labels, indices, x, y);
+    } else {
+      engine::make_batch(split.images, split.labels, indices, false, norm, 0, 0, x, y);
+      logits = model(x);
+    }
     loss_sum += engine::cross_entropy(logits, y).item() * static_cast<double>(b);
     const std::vector<double> z = logits.to_vector();
     const std::vector<double> labels = y.to_vector();
@@ -164,9 +173,25 @@ std::string default_data_dir() {
 }
 
 // Micro-batches of `batch` images in an epoch of n: a last one smaller than the number of ranks
-// would leave a rank without images, so it is dropped.
-int64_t micro_batches_per_epoch(int64_t n, int64_t batch, int64_t ranks) {
-  return n / batch + (n % batch >= ranks ? 1 : 0);
+// would leave a rank without images, so it is dropped (and any smaller one with --drop-last).
+int64_t micro_batches_per_epoch(int64_t n, int64_t batch, int64_t ranks, bool drop_last) {
+  return n / batch + (!drop_last && n % batch >= ranks ? 1 : 0);
+}
+
+// The learning rate at optimizer step `step` of `total` (models/train_step.h lr_factor).
+double lr_at(const Config& cfg, int64_t step, int64_t total) {
+  return cfg.lr * models::lr_factor(cfg.lr_schedule, step, total, cfg.warmup, cfg.lr_start, cfg.lr_end);
+}
+
+// The augmentation the flags ask for, on the model's normalisation.
+kernels::AugmentConfig train_augment(const Config& cfg) {
+  kernels::AugmentConfig a = models::input_normalisation(cfg.model);
+  a.pad = static_cast<int>(cfg.crop_pad);
+  a.reflect = cfg.pad_mode == "reflect";
+  a.flip = cfg.flip == "alternating" ? kernels::FlipMode::Alternating
+           : cfg.flip == "random"    ? kernels::FlipMode::Random
+                                     : kernels::FlipMode::None;
+  return a;
 }
 
 // ---- one training step: models/train_step.h (PyTorch's AMP loop, split at the micro-batch) ----
@@ -178,7 +203,10 @@ struct Data {
   std::string source;
 };
 
-Data load_data(const Config& cfg, engine::Device device) {
+// with_train sees the host copy of the training set and the number of classes before the set is
+// uploaded (what the model is built and its whitening layer computed from).
+Data load_data(const Config& cfg, engine::Device device,
+               const std::function<void(const data::Dataset&, int)>& with_train = nullptr) {
   const std::string root = cfg.data.empty() ? default_data_dir() : cfg.data;
   data::CifarSplits splits;
   std::vector<std::string> class_names = data::cifar10_class_names();
@@ -199,6 +227,7 @@ Data load_data(const Config& cfg, engine::Device device) {
   }
   if (cfg.subset > 0) splits.train = data::subset(splits.train, cfg.subset);
   ENGINE_CHECK(splits.train.size() > 0, "the training set is empty");
+  if (with_train) with_train(splits.train, static_cast<int>(class_names.size()));
   return {upload(splits.train, device), upload(splits.test, device), class_names, splits.source};
 }
 
@@ -210,6 +239,8 @@ struct Training {
   std::unique_ptr<engine::Optimizer> opt;
   std::unique_ptr<engine::LossScaler> scaler;
   std::unique_ptr<engine::dist::GradReducer> reducer;  // data-parallel runs only
+  std::unique_ptr<engine::WeightAverage> average;     // --ema
+  std::vector<std::pair<engine::ParamPtr, double>> freeze_after;  // --freeze-after: parameter, epochs
   int64_t step = 0;  // optimizer steps taken, skipped ones included
   // The last checkpoint written: a stop right after a save does not write the same step again.
   mutable int64_t saved_step = -1;
@@ -239,6 +270,24 @@ Training make_training(const Config& cfg, int classes, engine::Device device, DT
     t.opt = std::make_unique<engine::Adam>(t.model->parameters(), cfg.lr, 0.9, 0.999, 1e-8, cfg.weight_decay,
                                            cfg.optimizer == "adamw");
   t.opt->set_state_format(engine::parse_state_format(cfg.optimizer_state));
+  // The batch-norm parameters' group (--norm-lr-scale, --norm-weight-decay).
+  if (cfg.norm_lr_scale != 1.0 || cfg.norm_weight_decay >= 0) {
+    std::vector<engine::ParamPtr> norm;
+    for (auto& [path, m] : t.model->named_modules())
+      if (auto* bn = dynamic_cast<engine::BatchNorm2d*>(m)) norm.insert(norm.end(), {bn->gamma, bn->beta});
+    t.opt->set_param_group(norm, cfg.norm_lr_scale, cfg.norm_weight_decay);
+  }
+  for (const auto& [name, epochs] : cfg.freeze_after) {
+    engine::ParamPtr found;
+    std::string valid;
+    for (auto& [path, p] : t.model->named_parameters()) {
+      const std::string shown = models::pytorch_path(cfg.model, path);
+      if (shown == name) found = p;
+      if (p->trainable) valid += (valid.empty() ? "" : ", ") + shown;
+    }
+    if (!found) usage_error("--freeze-after: " + cfg.model + " has no parameter '" + name + "' (its trainable ones: " + valid + ")");
+    t.freeze_after.emplace_back(found, epochs);
+  }
   engine::LossScalerConfig scfg;
   scfg.enabled = compute == DType::F16;  // BF16 has FP32's range: no scaling needed
   scfg.init_scale = cfg.init_scale;
@@ -256,6 +305,7 @@ void resume(const Config& cfg, Training& t) {
     ENGINE_CHECK(ck.get("optimizer") == cfg.optimizer,
                  "checkpoint " << cfg.resume << " was trained with " << ck.get("optimizer") << ", not " << cfg.optimizer);
     t.opt->load_state(ck);
+    if (t.average) t.average->load_state(ck);
     t.scaler->load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
                           ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
     t.step = ck.get_int("step");
@@ -282,6 +332,7 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   engine::StateDict ck;
   t.model->save_state(ck);
   t.opt->save_state(ck);
+  if (t.average) t.average->save_state(ck);
   const auto s = t.scaler->state();
   ck.set_double("scaler/scale", s.scale);
   ck.set_int("scaler/growth_tracker", s.growth_tracker);
@@ -452,21 +503,17 @@ struct EpochResult {
   int stop_signal = 0;  // the signal that stopped the epoch at a step boundary (StopVote), or 0
 };
 
-// The steps of one epoch from t.step on (a resumed run starts mid-epoch), printing the classic
-// loop's lines and logging them.
+// The steps of one epoch from t.step on (a resumed run starts mid-epoch) up to total_steps,
+// printing the classic loop's lines and logging them. The schedules (learning rate, the weight
+// average) span schedule_steps, all of --epochs: --max-steps only stops the run earlier, so a
+// run stopped there and resumed takes the very steps of one that never stopped.
 EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_t epoch, int64_t steps_per_epoch,
-                        int64_t total_steps, DType compute, engine::Device device, Tensor& x_buf, Tensor& y_buf,
+                        int64_t total_steps, int64_t schedule_steps, DType compute, engine::Device device, Tensor& x_buf, Tensor& y_buf,
                         JsonLog& jlog, engine::dist::StopVote& stop, const std::function<void()>& save_checkpoint) {
-  auto lr_at = [&](int64_t step) {
-    if (cfg.lr_schedule == "constant") return cfg.lr;
-    const double f = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, total_steps));
-    if (f < cfg.warmup) return cfg.lr * f / cfg.warmup;
-    return cfg.lr * std::max(0.0, (1.0 - f) / (1.0 - cfg.warmup));
-  };
   const bool tty = isatty(fileno(stderr));
-  kernels::AugmentConfig aug;
-  aug.pad = 4;
-  aug.flip = true;
+  const kernels::AugmentConfig aug = train_augment(cfg);
+  const bool summed = cfg.loss_reduction == "sum";
+  const engine::Reduction reduction = summed ? engine::Reduction::Sum : engine::Reduction::Mean;
   const Split& train = data.train;
   const std::vector<int32_t> order = epoch_order(train.size(), cfg.seed, epoch);
   Tensor order_dev = Tensor::from_ints(order, {train.size()});
@@ -475,7 +522,7 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
   const auto t0 = std::chrono::steady_clock::now();
   engine::LossScaler& scaler = *t.scaler;
   const int64_t ranks = engine::dist::world().size, rank = engine::dist::world().rank;
-  const int64_t k = cfg.accumulate, batches = micro_batches_per_epoch(train.size(), cfg.batch_size, ranks);
+  const int64_t k = cfg.accumulate, batches = micro_batches_per_epoch(train.size(), cfg.batch_size, ranks, cfg.drop_last);
   // Each micro-batch's share of the step's images seeds its backward (undefined: 1, the plain
   // one-process, one-micro-batch step). Shares change only in an epoch's short last step.
   std::map<double, Tensor> shares;
@@ -496,7 +543,13 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     const int64_t first = i * k, last = std::min(first + k, batches);
     const int64_t step_begin = first * cfg.batch_size;
     const int64_t step_images = std::min(last * cfg.batch_size, train.size()) - step_begin;
-    t.opt->lr = lr_at(t.step);
+    t.opt->lr = lr_at(cfg, t.step, schedule_steps);
+    // --freeze-after: trainable for the first ceil(E x steps per epoch) steps (freezing drops
+    // the gradient, so the optimizer leaves the parameter alone from here on).
+    for (auto& [p, epochs] : t.freeze_after) {
+      const bool on = t.step < static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
+      if (p->trainable != on) p->set_trainable(on);
+    }
     StepWatch watch(cfg, t);
     t.opt->zero_grad();
     Tensor loss;        // the step's mean loss on this rank's images, on the device
@@ -512,21 +565,28 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
       engine::make_batch(train.images, train.labels, order_dev.slice0(lo, lo + n), cfg.augment, aug, cfg.seed,
                          static_cast<uint64_t>(epoch), x, y);
       engine::set_batch_offset(lo - begin);
-      const double share = double(n) / double(step_images);
+      // A summed loss adds up over micro-batches and ranks as it is; a mean is weighted by share.
+      const double share = summed ? 1.0 : double(n) / double(step_images);
       // Gradients add up locally; the reducer sums them across ranks once, in the last backward.
-      const Tensor micro_loss = models::forward_backward(*t.model, scaler, x, y, compute, cfg.label_smoothing,
-                                                         share_tensor(share), m == last - 1 ? t.reducer.get() : nullptr);
+      const Tensor micro_loss =
+          models::forward_backward(*t.model, scaler, x, y, compute, cfg.label_smoothing, share_tensor(share),
+                                   m == last - 1 ? t.reducer.get() : nullptr, reduction);
       if (m == first) watch.first_micro_batch_done();
       {
         engine::NoGradScope no_grad;
         const Tensor part = share == 1.0 ? micro_loss : engine::scale(micro_loss, share);
         loss = loss.defined() ? engine::add(loss, part) : part;
       }
-      share_sum += share;
+      share_sum += summed ? double(n) : share;
       r.images += n;
     }
     models::optimizer_step(*t.opt, scaler, cfg.clip_grad_norm);
     ++t.step;
+    if (t.average) {
+      if (t.step % cfg.ema_every == 0)
+        t.average->update(*t.model, models::ema_decay(cfg.ema_rate, cfg.ema_every, t.step, schedule_steps));
+      if (t.step == schedule_steps) t.average->update(*t.model, 1.0);  // the run ends on the average
+    }
     watch.report(cfg, t, jlog);
     if (cfg.checkpoint_every > 0 && t.step % cfg.checkpoint_every == 0) {
       const auto s0 = std::chrono::steady_clock::now();
@@ -538,23 +598,24 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     // and scale is a host sync on a GPU, so never on every step.
     const bool progress = tty && (i + 1) % std::max<int64_t>(1, cfg.log_every / 10) == 0;
     if (!log_now && !progress) continue;
-    double l = loss.item();  // sum of share * loss over this rank's micro-batches
+    double l = loss.item();  // sum of share * loss over this rank's micro-batches (a summed loss: its sum)
     if (log_now && ranks > 1) {  // the global batch's mean loss (every rank logs at the same steps)
       engine::dist::all_reduce_sum(&l, 1, "loss for the log");
-    } else if (ranks > 1) {
-      l /= share_sum;  // the progress line: this rank's own mean
+      if (summed) l /= double(step_images);
+    } else if (ranks > 1 || summed) {
+      l /= share_sum;  // the progress line: this rank's own mean (per image, for a summed loss)
     }
     r.loss_sum += l;
     ++r.loss_count;
     if (progress)
       std::fprintf(stderr, "\r  epoch %lld/%lld  step %lld/%lld  loss %.4f  scale %g  ", static_cast<long long>(epoch + 1),
-                   static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
+                   static_cast<long long>(std::ceil(cfg.epochs)), static_cast<long long>(i + 1),
                    static_cast<long long>(steps_per_epoch), l, scaler.current_scale());
     if (!log_now) continue;
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     const double norm = cfg.clip_grad_norm > 0 ? scaler.last_grad_norm() : 0.0;  // before clipping
     std::printf("Epoch [%lld/%lld], Step [%lld/%lld], Loss: %.4f, Scale: %g, Skipped: %lld",
-                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), static_cast<long long>(i + 1),
+                static_cast<long long>(epoch + 1), static_cast<long long>(std::ceil(cfg.epochs)), static_cast<long long>(i + 1),
                 static_cast<long long>(steps_per_epoch), l, scaler.current_scale(),
                 static_cast<long long>(scaler.skipped_steps()));
     if (cfg.clip_grad_norm > 0) std::printf(", Grad norm: %.4g", norm);
@@ -620,7 +681,8 @@ void print_summary(const Config& cfg, Training& t, const Data& data, const EvalR
                    int64_t images_seen, engine::Device device, const engine::MemoryStats& mem, JsonLog& jlog) {
   // FP32 inference with the FP32 masters (training is over: the compute copies can go).
   t.model->set_compute_dtype(DType::F32);
-  const EvalResult fp32 = evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device);
+  const EvalResult fp32 =
+      evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device, models::input_normalisation(cfg.model));
   const engine::LossScaler& scaler = *t.scaler;
   std::printf("\nSummary: %s, %s, %lld steps (%lld skipped for overflow), final loss scale %g\n", cfg.model.c_str(),
               cfg.precision.c_str(), static_cast<long long>(t.step), static_cast<long long>(scaler.skipped_steps()),
@@ -700,9 +762,25 @@ int run(const Config& cfg) {
 
   // Rank 0 first: it may decode the image folders into the cache the others then read.
   if (world.rank != 0) dist::barrier("rank 0 loading the data set", 12.0);
-  const Data data = load_data(cfg, device);
+  std::unique_ptr<Training> made;
+  double setup_seconds = 0;  // the whitening layer's, counted in the recipe's time to the result
+  const kernels::AugmentConfig norm = models::input_normalisation(cfg.model);
+  const Data data = load_data(cfg, device, [&](const data::Dataset& train, int classes) {
+    made = std::make_unique<Training>(make_training(cfg, classes, device, compute));
+    // airbench94's first layer from the data (a resumed or imported run has its weights).
+    if (cfg.model == "airbench94" && cfg.resume.empty() && cfg.init_from.empty()) {
+      const auto w0 = std::chrono::steady_clock::now();
+      engine::Conv2d* whiten = nullptr;
+      for (auto& [path, m] : made->model->named_modules())
+        if (path == "0") whiten = dynamic_cast<engine::Conv2d*>(m);
+      ENGINE_CHECK(whiten, "airbench94: its first layer is not the whitening convolution");
+      models::init_whitening(*whiten, train, std::min<int64_t>(cfg.whiten_images, train.size()), cfg.seed, norm);
+      setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    }
+  });
   if (world.rank == 0) dist::barrier("rank 0 loading the data set", 12.0);
-  Training t = make_training(cfg, static_cast<int>(data.class_names.size()), device, compute);
+  Training& t = *made;
+  if (cfg.ema) t.average = std::make_unique<engine::WeightAverage>(*t.model);
   if (!cfg.resume.empty()) resume(cfg, t);
   if (!cfg.init_from.empty()) {
     const auto meta = models::import_safetensors(cfg.init_from, *t.model, cfg.model);
@@ -719,9 +797,12 @@ int run(const Config& cfg) {
   }
   // A last batch smaller than the number of ranks would leave a rank without images: dropped.
   const int64_t steps_per_epoch =
-      (micro_batches_per_epoch(data.train.size(), cfg.batch_size, world.size) + cfg.accumulate - 1) / cfg.accumulate;
-  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, steps_per_epoch * cfg.epochs)
-                                                : steps_per_epoch * cfg.epochs;
+      (micro_batches_per_epoch(data.train.size(), cfg.batch_size, world.size, cfg.drop_last) + cfg.accumulate - 1) /
+      cfg.accumulate;
+  ENGINE_CHECK(steps_per_epoch > 0, "--batch-size " << cfg.batch_size << " with --drop-last leaves no step in an epoch of "
+                                                    << data.train.size() << " images");
+  const int64_t all_steps = static_cast<int64_t>(std::ceil(cfg.epochs * static_cast<double>(steps_per_epoch)));
+  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, all_steps) : all_steps;
   std::printf("model %s (%lld parameters), precision %s, device %s, data: %s\n", cfg.model.c_str(),
               static_cast<long long>(t.model->num_parameters()), cfg.precision.c_str(), device.str().c_str(),
               data.source.c_str());
@@ -757,9 +838,9 @@ int run(const Config& cfg) {
   JsonLog jlog(world.rank == 0 ? cfg.log : std::string());
 
   if (cfg.eval_only) {
-    const EvalResult r = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
+    const EvalResult r = evaluate(*t.model, data.test, compute, cfg.batch_size, device, norm, cfg.tta);
     t.model->set_compute_dtype(DType::F32);  // FP32 inference reads the FP32 masters
-    const EvalResult r32 = evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device);
+    const EvalResult r32 = evaluate(*t.model, data.test, DType::F32, cfg.batch_size, device, norm, cfg.tta);
     std::printf("test loss %.4f, accuracy %.2f%% (%s); FP32 inference %.2f%%\n", r.loss, r.accuracy,
                 cfg.precision.c_str(), r32.accuracy);
     return 0;
@@ -778,17 +859,17 @@ int run(const Config& cfg) {
   std::optional<models::StopSignals> signals(std::in_place);
   dist::StopVote stop;
   const auto save_checkpoint = [&] { save(cfg, t, data.class_names, cfg.checkpoint); };
-  for (int64_t epoch = t.step / steps_per_epoch; epoch < cfg.epochs && t.step < total_steps; ++epoch) {
-    const EpochResult e = train_epoch(cfg, t, data, epoch, steps_per_epoch, total_steps, compute, device, x_buf, y_buf,
+  for (int64_t epoch = t.step / steps_per_epoch; t.step < total_steps; ++epoch) {
+    const EpochResult e = train_epoch(cfg, t, data, epoch, steps_per_epoch, total_steps, all_steps, compute, device, x_buf, y_buf,
                                       jlog, stop, save_checkpoint);
     train_seconds += e.seconds;
     images_seen += e.images;
     if (e.stop_signal) return stop_saved(cfg, t, data.class_names, steps_per_epoch, e.stop_signal);
-    last = evaluate(*t.model, data.test, compute, cfg.batch_size, device);
+    last = evaluate(*t.model, data.test, compute, cfg.batch_size, device, norm);
     double epoch_images = static_cast<double>(e.images);  // over all ranks
     dist::all_reduce_sum(&epoch_images, 1, "images this epoch");
     std::printf("Epoch %lld/%lld done: test loss %.4f, test accuracy %.2f%%, %.0f images/s, epoch time %.1f s\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), last.loss, last.accuracy,
+                static_cast<long long>(epoch + 1), static_cast<long long>(std::ceil(cfg.epochs)), last.loss, last.accuracy,
                 epoch_images / e.seconds, e.seconds);
     std::fflush(stdout);
     jlog.write("epoch", {{"epoch", double(epoch + 1)}, {"step", double(t.step)}, {"test_loss", last.loss},
@@ -805,6 +886,20 @@ int run(const Config& cfg) {
   if (const int sig = stop.vote_now(models::StopSignals::received()))  // one during that save
     return stop_saved(cfg, t, data.class_names, steps_per_epoch, sig);
   signals.reset();
+  if (cfg.tta) {
+    // airbench's figure: the setup, the training and this evaluation (the per-epoch ones and
+    // the checkpoints' saves are not counted).
+    const auto e0 = std::chrono::steady_clock::now();
+    const EvalResult tta = evaluate(*t.model, data.test, compute, cfg.batch_size, device, norm, true);
+    const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    const double seconds = setup_seconds + train_seconds + eval_seconds;
+    std::printf("TTA accuracy %.2f%% in %.1f s (whitening %.1f s, training %.1f s, evaluation %.1f s)\n", tta.accuracy,
+                seconds, setup_seconds, train_seconds, eval_seconds);
+    std::fflush(stdout);
+    jlog.write("tta", {{"tta_accuracy", tta.accuracy}, {"accuracy", last.accuracy}, {"seconds", seconds},
+                       {"setup_seconds", setup_seconds}, {"train_seconds", train_seconds},
+                       {"eval_seconds", eval_seconds}});
+  }
   print_summary(cfg, t, data, last, train_seconds, images_seen, device, stats_alloc.stats(), jlog);
   return 0;
 }

@@ -1,6 +1,8 @@
 // The trainer's command line (models/trainer_args.h): every flag, its check and its default.
 #include "models/trainer_args.h"
 
+#include "models/models.h"
+
 #include <functional>
 #include <map>
 #include <sstream>
@@ -11,6 +13,50 @@ namespace {
 
 [[noreturn]] void usage_error(const std::string& msg) { throw UsageError(msg); }
 
+// airbench94 (Keller Jordan, arXiv 2404.00498) as its package defines it, the values below
+// derived from its hyperparameters as it derives them. They are given per 1,024 examples
+// (lr 11.5, weight decay 0.0153) for a loss summed over the batch with Nesterov momentum
+// 0.85, so SGD sees lr = 11.5 / (1024 (1 + 1/(1 - 0.85))) = 1.465e-3 and plain L2 decay of
+// 0.0153 x 1024 / 11.5 = 1.362 at that lr; batch-norm biases learn 64x faster with decay
+// 1.362 / 64 = 0.0213 (the same decay per step). 50,000 / 1,024 = 48 whole batches an epoch
+// (the rest dropped), ceil(48 x 9.9) = 476 steps.
+void apply_recipe(TrainerConfig& c, const std::string& name) {
+  if (name != "airbench94") usage_error("--recipe must be airbench94, got '" + name + "'");
+  constexpr double kMomentum = 0.85, kLrPer1024 = 11.5, kDecayPer1024 = 0.0153, kNormLrScale = 64;
+  c.recipe = name;
+  c.model = "airbench94";
+  c.optimizer = "sgd";
+  c.momentum = kMomentum;
+  c.nesterov = true;
+  c.batch_size = 1024;
+  c.epochs = 9.9;
+  c.drop_last = true;
+  c.lr = kLrPer1024 / (1024 * (1 + 1 / (1 - kMomentum)));
+  c.weight_decay = kDecayPer1024 * 1024 / kLrPer1024;
+  c.norm_lr_scale = kNormLrScale;
+  c.norm_weight_decay = c.weight_decay / kNormLrScale;
+  c.label_smoothing = 0.2;
+  c.loss_reduction = "sum";
+  c.lr_schedule = "triangle";  // 0.2 at the start, 1 at 23% of the steps, 0.07 at the end
+  c.lr_start = 0.2;
+  c.warmup = 0.23;
+  c.lr_end = 0.07;
+  c.augment = true;
+  c.crop_pad = 2;
+  c.pad_mode = "reflect";
+  c.flip = "alternating";
+  c.ema = true;
+  c.ema_every = 5;
+  c.ema_rate = 0.95;
+  c.tta = true;
+  c.freeze_after = {{"0.bias", 3.0}};  // the whitening layer's bias trains for 3 epochs
+  c.whiten_images = 5000;
+  // FP16 with a summed loss: the gradients are 1,024 times a mean loss's, so the usual 65,536
+  // overflows at once; this scale is where the dynamic scaler settles after its first steps
+  // (docs/airbench.md), so none of them is skipped.
+  c.init_scale = 512;
+}
+
 }  // namespace
 
 const char* const kTrainerUsage = R"(usage: trainer [options]
@@ -19,9 +65,17 @@ Trains a CNN on CIFAR-10 with mixed precision. Defaults reproduce the classic re
 simplecnn, Adam lr 1e-3, batch 256, 10 epochs, FP16 with the dynamic loss scaler,
 pixels normalised to [-1, 1].
 
+Recipes (each sets the flags below to its values; a flag given as well overrides its value):
+  --recipe airbench94     airbench94 (arXiv 2404.00498; docs/airbench.md): --model airbench94,
+                          whitening from 5,000 images, SGD Nesterov 0.85, batch 1024, 9.9
+                          epochs, summed loss with label smoothing 0.2, lr 1.465e-3 and decay
+                          1.362 (batch-norm biases x64 and 0.0213), triangle schedule 0.2 ->
+                          1 at 23% -> 0.07, reflect-pad 2 crops, alternating flips, --ema,
+                          --tta, the whitening bias frozen after 3 epochs; prints
+                          "TTA accuracy XX.XX% in N s"
 Model and precision:
-  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
-                                                                     [simplecnn]
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0 |
+                          airbench94                                 [simplecnn]
   --precision P           fp32 | fp16 | bf16                         [fp16]
   --device D              auto | cpu | cuda | cuda:N                 [auto]
 Data:
@@ -31,9 +85,15 @@ Data:
   --subset N              train on the first N images (class-balanced) [all]
   --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
   --synthetic-size N      training images of the synthetic stand-in  [10000]
-  --augment               random crop (pad 4) and horizontal flip    [off]
+  --augment               random crops and horizontal flips          [off]
+  --crop-pad N            --augment: crops from the image padded by N [4]
+  --pad-mode M            zeros | reflect: what the padding holds     [zeros]
+  --flip F                random | alternating (a coin per image, then every odd epoch all
+                          flipped) | none                            [random]
+  --drop-last             drop each epoch's last, smaller batch       [off]
 Optimisation:
-  --epochs N              [10]          --batch-size N        [256] (global)
+  --epochs X              [10]; fractional: ceil(X x steps per epoch) steps in all
+  --batch-size N          [256] (global)
   --accumulate K          K micro-batches of --batch-size per optimizer step (the effective
                           batch is K x --batch-size in the memory of one): losses scaled by
                           each micro-batch's share, gradients summed in the compute copies,
@@ -45,8 +105,21 @@ Optimisation:
                           codes), about a quarter of fp32's bytes; the update is FP32 [fp32]
   --nesterov              Nesterov momentum (sgd)
   --weight-decay X        [0]           --label-smoothing X   [0]
-  --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) [constant]
-  --warmup X              one-cycle warm-up fraction of all steps    [0.2]
+  --loss-reduction R      mean | sum over the batch                  [mean]
+  --norm-lr-scale X       batch-norm parameters learn at lr x X      [1]
+  --norm-weight-decay X   and decay with X                           [--weight-decay]
+  --freeze-after P=E      parameter P (as --fp32-layers names layers, e.g. 0.bias) trains
+                          for the first E epochs, then stays as it is (repeatable)
+  --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) |
+                          triangle (--lr-start at the first step, 1 at --warmup, --lr-end
+                          at the last, linear between)               [constant]
+  --warmup X              one-cycle / triangle: the peak's fraction of all steps [0.2]
+  --lr-start X            --lr-end X     triangle: the lr factors at both ends [0, 0]
+  --ema                   a weight average (lookahead): every --ema-every steps the weights
+                          and batch-norm statistics become avg = d avg + (1 - d) w with
+                          d = rate^every x (step / total)^3; at the end the weights are the
+                          average                                    [off]
+  --ema-every N           [5]           --ema-rate X          [0.95]
   --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
 Loss scaling (fp16):
   --init-scale X          [65536]       --growth-interval N   [2000]
@@ -72,7 +145,13 @@ Runs:
                           minmax                                     [percentile]
   --init-from FILE        start from the weights of a safetensors file (exported here, or
                           a PyTorch state_dict of the matching bench/pytorch_models.py model)
-  --max-steps N           stop after N optimizer steps in total
+  --max-steps N           stop after N optimizer steps in total (the schedules still span
+                          --epochs, so a resumed run continues them exactly)
+  --tta                   the final evaluation with test-time augmentation: the logits are
+                          0.5 x the mean over the image and its mirror + 0.5 x the mean over
+                          two translated views (reflect-pad 1, crops at (0,0) and (2,2)),
+                          each mirror-averaged
+  --whiten-images N       airbench94: the whitening layer from N training images [5000]
   --log FILE              metrics as JSON lines
   --log-every N           progress line every N steps                [100]
   --threads N             CPU threads                                [all cores]
@@ -113,13 +192,40 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
     return parse_choice(flag, v, std::vector<std::string>(ok.begin(), ok.end()));
   };
   valued["--model"] = [&](const std::string& v) {
-    c.model = choice("--model", v, {"simplecnn", "resnet9", "resnet18", "resnet50", "efficientnet_b0"});
+    c.model = parse_choice("--model", v, model_names());
   };
   valued["--precision"] = [&](const std::string& v) { c.precision = choice("--precision", v, {"fp32", "fp16", "bf16"}); };
   valued["--device"] = [&](const std::string& v) { c.device = v; };
   valued["--data"] = [&](const std::string& v) { c.data = v; };
   valued["--cache"] = [&](const std::string& v) { c.cache = v; };
-  valued["--epochs"] = [&](const std::string& v) { c.epochs = to_int("--epochs", v, 1); };
+  valued["--recipe"] = [&](const std::string& v) {
+    if (v != c.recipe) usage_error("--recipe given twice ('" + c.recipe + "' and '" + v + "')");
+  };
+  valued["--epochs"] = [&](const std::string& v) {
+    c.epochs = to_double("--epochs", v, 0, true);
+    if (c.epochs > 1e6) usage_error("--epochs expects at most 1e6, got '" + v + "'");
+  };
+  valued["--loss-reduction"] = [&](const std::string& v) { c.loss_reduction = choice("--loss-reduction", v, {"mean", "sum"}); };
+  valued["--norm-lr-scale"] = [&](const std::string& v) { c.norm_lr_scale = to_double("--norm-lr-scale", v, 0, true); };
+  valued["--norm-weight-decay"] = [&](const std::string& v) {
+    c.norm_weight_decay = to_double("--norm-weight-decay", v, 0, false);
+  };
+  valued["--freeze-after"] = [&](const std::string& v) {
+    const size_t eq = v.rfind('=');
+    if (eq == std::string::npos || eq == 0) usage_error("--freeze-after expects PARAMETER=EPOCHS, got '" + v + "'");
+    c.freeze_after.emplace_back(v.substr(0, eq), to_double("--freeze-after", v.substr(eq + 1), 0, false));
+  };
+  valued["--lr-start"] = [&](const std::string& v) { c.lr_start = to_double("--lr-start", v, 0, false); };
+  valued["--lr-end"] = [&](const std::string& v) { c.lr_end = to_double("--lr-end", v, 0, false); };
+  valued["--crop-pad"] = [&](const std::string& v) { c.crop_pad = parse_int("--crop-pad", v, 0, 31); };
+  valued["--pad-mode"] = [&](const std::string& v) { c.pad_mode = choice("--pad-mode", v, {"zeros", "reflect"}); };
+  valued["--flip"] = [&](const std::string& v) { c.flip = choice("--flip", v, {"random", "alternating", "none"}); };
+  valued["--ema-every"] = [&](const std::string& v) { c.ema_every = to_int("--ema-every", v, 1); };
+  valued["--ema-rate"] = [&](const std::string& v) {
+    c.ema_rate = to_double("--ema-rate", v, 0, false);
+    if (c.ema_rate > 1) usage_error("--ema-rate expects a number from 0 to 1, got '" + v + "'");
+  };
+  valued["--whiten-images"] = [&](const std::string& v) { c.whiten_images = to_int("--whiten-images", v, 1); };
   valued["--batch-size"] = [&](const std::string& v) { c.batch_size = to_int("--batch-size", v, 1); };
   valued["--optimizer"] = [&](const std::string& v) { c.optimizer = choice("--optimizer", v, {"sgd", "adam", "adamw"}); };
   valued["--optimizer-state"] = [&](const std::string& v) {
@@ -128,7 +234,9 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   valued["--lr"] = [&](const std::string& v) { c.lr = to_double("--lr", v, 0, true); };
   valued["--momentum"] = [&](const std::string& v) { c.momentum = to_double("--momentum", v, 0, false); };
   valued["--weight-decay"] = [&](const std::string& v) { c.weight_decay = to_double("--weight-decay", v, 0, false); };
-  valued["--lr-schedule"] = [&](const std::string& v) { c.lr_schedule = choice("--lr-schedule", v, {"constant", "onecycle"}); };
+  valued["--lr-schedule"] = [&](const std::string& v) {
+    c.lr_schedule = choice("--lr-schedule", v, {"constant", "onecycle", "triangle"});
+  };
   valued["--warmup"] = [&](const std::string& v) { c.warmup = to_double("--warmup", v, 0, false); };
   valued["--label-smoothing"] = [&](const std::string& v) { c.label_smoothing = to_double("--label-smoothing", v, 0, false); };
   valued["--init-scale"] = [&](const std::string& v) { c.init_scale = to_double("--init-scale", v, 0, true); };
@@ -165,6 +273,13 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       if (!name.empty()) c.fp32_layers.push_back(name);
     if (c.fp32_layers.empty()) usage_error("--fp32-layers expects layer names, got '" + v + "'");
   };
+  // A recipe sets its defaults first, wherever it stands, so every other flag overrides it.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--recipe" && i + 1 < argc) apply_recipe(c, argv[i + 1]);
+    if (arg.rfind("--recipe=", 0) == 0) apply_recipe(c, arg.substr(9));
+    if (arg == "--help" || arg == "-h" || arg == "--version") break;
+  }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     const size_t eq = arg.find('=');
@@ -183,8 +298,12 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       if (inline_value && value != "strict") usage_error("--detect-anomaly takes no value or =strict, got '" + value + "'");
       c.detect_anomaly = inline_value ? "strict" : "on";
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
-               arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn") {
+               arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn" || arg == "--drop-last" ||
+               arg == "--ema" || arg == "--tta") {
       if (inline_value) usage_error(arg + " takes no value");
+      if (arg == "--drop-last") c.drop_last = true;
+      if (arg == "--ema") c.ema = true;
+      if (arg == "--tta") c.tta = true;
       if (arg == "--nesterov") c.nesterov = true;
       if (arg == "--augment") c.augment = true;
       if (arg == "--no-augment") c.augment = false;
@@ -216,6 +335,7 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
   if (c.label_smoothing >= 1) usage_error("--label-smoothing must be below 1");
   if (c.warmup >= 1) usage_error("--warmup must be below 1");
+  if (c.lr_schedule == "triangle" && c.warmup <= 0) usage_error("--lr-schedule triangle needs --warmup above 0");
   return c;
 }
 

@@ -17,7 +17,9 @@ struct TrainerConfig {
   std::string device = "auto";
   std::string data;                 // empty: the default folder, synthetic data when absent
   std::string cache = "cache";
-  int64_t epochs = 10;
+  std::string recipe;               // "" or airbench94: its defaults, each flag still overriding
+  double epochs = 10;               // fractional: ceil(epochs x steps per epoch) steps in all
+  bool drop_last = false;           // drop an epoch's last, smaller batch (airbench does)
   int64_t batch_size = 256;
   int64_t accumulate = 1;           // micro-batches per optimizer step
   std::string optimizer = "adam";
@@ -27,10 +29,24 @@ struct TrainerConfig {
   bool nesterov = false;
   double weight_decay = 0.0;
   std::string lr_schedule = "constant";
-  double warmup = 0.2;              // one-cycle: fraction of steps spent warming up
+  double warmup = 0.2;              // one-cycle, triangle: fraction of steps to the peak
+  double lr_start = 0.0;            // triangle: the factor at the first step
+  double lr_end = 0.0;              // triangle: the factor at the last
   double label_smoothing = 0.0;
+  std::string loss_reduction = "mean";  // or sum over the batch
+  double norm_lr_scale = 1.0;       // batch-norm parameters' group: lr x this
+  double norm_weight_decay = -1.0;  // and this weight decay (< 0: --weight-decay)
+  std::vector<std::pair<std::string, double>> freeze_after;  // parameter, epochs it trains for
+  int64_t whiten_images = 5000;     // airbench94: images the whitening layer is computed from
   double clip_grad_norm = 0.0;      // 0: no clipping
   bool augment = false;
+  int64_t crop_pad = 4;             // --augment: random crops from the image padded this much
+  std::string pad_mode = "zeros";   // or reflect
+  std::string flip = "random";      // or alternating, or none
+  bool ema = false;                 // the weight average (lookahead)
+  int64_t ema_every = 5;            // steps between its updates
+  double ema_rate = 0.95;           // per step: decay rate^every x (step / total)^3
+  bool tta = false;                 // test-time augmentation in the final evaluation
   double init_scale = 65536.0;
   int64_t growth_interval = 2000;
   uint64_t seed = 0;

@@ -18,6 +18,10 @@
 #include "engine/optim.h"
 #include "engine/tape.h"
 #include "engine/tensor.h"
+#ifndef ENGINE_GOLDEN_ON_CUDA
+#include "engine/linalg.h"
+#include "models/whitening.h"
+#endif
 
 // Compiled twice: here for the CPU, and by tests/cuda/test_cuda_golden.cpp with
 // ENGINE_GOLDEN_ON_CUDA for the GPU, where the same fixtures check the CUDA kernels.
@@ -176,6 +180,13 @@ void expect_close(const std::string& what, const Tensor& got, const Array& want,
   CHECK(bad == 0);
 }
 
+[[maybe_unused]] void expect_values(const std::string& what, const Vec& got, const Vec& want, double rtol) {
+  std::string report;
+  const int bad = count_misses(got, want, rtol, 0, report);
+  INFO(what << ":\n" << report);
+  CHECK(bad == 0);
+}
+
 // Runs f under a tape and back-propagates the fixture's gout.
 template <class F> Tensor forward_backward(const Tensor& gout, F f) {
   engine::Tape tape;
@@ -307,6 +318,50 @@ GOLDEN_TEST("golden: cross_entropy matches PyTorch with and without label smooth
     }
   }
 }
+
+GOLDEN_TEST("golden: cross_entropy summed over the batch (airbench's loss) matches PyTorch", "[golden][loss]") {
+  const Fixture f("cross_entropy_sum_ls0.2");
+  for (const Mode& m : kModes) {
+    INFO("in " << dtype_str(m.dt));
+    Tensor logits = f.leaf("logits", m.dt);
+    const Tensor labels = f.tensor("labels", DType::I32);
+    const Tensor loss = forward_backward(f.tensor("gout", m.dt), [&] {
+      return engine::cross_entropy(logits, labels, f.scalar("smoothing"), engine::Reduction::Sum);
+    });
+    expect_close("loss", loss, f.get("loss"), m.rtol);
+    expect_close("glogits", logits.grad(), f.get("glogits"), m.rtol);
+  }
+}
+
+#ifndef ENGINE_GOLDEN_ON_CUDA  // host-only FP64 math: nothing of it runs on a GPU
+GOLDEN_TEST("golden: the Jacobi eigen-decomposition matches torch.linalg.eigh", "[golden][linalg]") {
+  const Fixture f("eigh_12x12");
+  const engine::SymmetricEigen e = engine::symmetric_eigen(f.values("a"), 12);
+  // Both sides are float64 with backward errors ~1e-15 |A|; the eigenvectors' error is that
+  // over the smallest gap between eigenvalues (here above 0.01 of |A| ~ 1): 1e-12 has margin,
+  // a wrong rotation is off by O(1).
+  expect_values("eigenvalues", e.values, f.values("values"), 1e-12);
+  expect_values("eigenvectors", e.vectors, f.values("vectors"), 1e-11);
+}
+
+GOLDEN_TEST("golden: the whitening layer's covariance and filters match PyTorch's float64", "[golden][linalg]") {
+  const Fixture f("whitening_2x2");
+  const Array& img = f.get("images");
+  std::vector<uint8_t> px(img.values.begin(), img.values.end());
+  kernels::AugmentConfig norm;
+  for (int c = 0; c < 3; ++c) {
+    norm.scale[c] = static_cast<float>(f.values("scale")[c]);  // float32 values, exactly
+    norm.shift[c] = static_cast<float>(f.values("shift")[c]);
+    REQUIRE(double(norm.scale[c]) == f.values("scale")[c]);
+  }
+  const std::vector<double> cov = models::patch_covariance(px.data(), 4, 6, 5, 3, 2, norm);
+  expect_values("covariance", cov, f.values("covariance"), 1e-13);
+  const engine::SymmetricEigen e = engine::symmetric_eigen(cov, 12);
+  expect_values("eigenvalues", e.values, f.values("values"), 1e-12);
+  // The closest eigenvalues here are 0.023 apart: 1e-10 of the filters' scale is margin.
+  expect_values("filters", models::whitening_filters(e, f.scalar("eps")), f.values("filters"), 1e-10);
+}
+#endif
 
 namespace {
 

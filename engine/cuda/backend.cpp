@@ -67,7 +67,8 @@ bool same_slot(const kc::ParamSlot& a, const kc::ParamSlot& b) {
   return a.grad == b.grad && a.grad_type == b.grad_type && a.master == b.master && a.state1 == b.state1 &&
          a.state2 == b.state2 && a.copy == b.copy && a.copy_type == b.copy_type && a.n == b.n &&
          a.state_format == b.state_format && a.qstate1 == b.qstate1 && a.qstate2 == b.qstate2 &&
-         a.absmax1 == b.absmax1 && a.absmax2 == b.absmax2;
+         a.absmax1 == b.absmax1 && a.absmax2 == b.absmax2 && a.lr_scale == b.lr_scale &&
+         a.weight_decay == b.weight_decay;
 }
 
 class CudaOptimizerPlan final : public OptimizerPlan {
@@ -80,6 +81,8 @@ class CudaOptimizerPlan final : public OptimizerPlan {
       sl.grad = p.grad.raw();
       sl.grad_type = elem_type(p.grad.dtype());
       sl.master = p.master;
+      sl.lr_scale = p.lr_scale;
+      sl.weight_decay = p.weight_decay;
       sl.state1 = p.state1;
       sl.state2 = p.state2;
       sl.state_format = static_cast<kc::StateFormat>(p.state_format);

@@ -20,6 +20,7 @@ namespace engine::cuda {
 struct ParamRefs {
   Tensor grad, copy;
   float* master = nullptr;
+  double lr_scale = 1.0, weight_decay = -1.0;  // its parameter group's (kernels/optim_math.h)
   float* state1 = nullptr;  // FP32 state
   float* state2 = nullptr;
   // Compact state (--optimizer-state bf16 | int8): 1 = BF16 values in qstate, 2 = int8 codes in

@@ -1,5 +1,6 @@
 // CPU twin of the batch kernel: gathers images by index from the uint8 data set, applies the
-// crop/flip draws, normalises, and writes the batch straight in the compute dtype T.
+// crop/flip views (kernels/augment_math.h), normalises, and writes the batch straight in the
+// compute dtype T.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +21,13 @@ void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* ind
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t img = indices[b];
     labels_out[b] = labels[img];
-    AugmentDraw d{cfg.pad, cfg.pad, false};
-    if (augment) d = augment_draw(seed, epoch, static_cast<uint64_t>(img), cfg.pad);
-    if (!augment || !cfg.flip) d.flip = false;
-    if (!augment || cfg.pad == 0) d.dy = d.dx = cfg.pad;
+    const AugmentDraw d = augment_view(augment, cfg, seed, epoch, static_cast<uint64_t>(img));
     const uint8_t* src = images + img * h * w * c;
     T* dst = out + b * h * w * c;
     for (int y = 0; y < h; ++y) {
-      const int sy = y + d.dy - cfg.pad;
       for (int x = 0; x < w; ++x) {
-        // Crop, then flip the crop: column x of the output reads column (w-1-x) of the crop.
-        const int sx = (d.flip ? w - 1 - x : x) + d.dx - cfg.pad;
-        const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+        int sy, sx;
+        const bool inside = augment_source(d, cfg, h, w, y, x, &sy, &sx);
         for (int ch = 0; ch < c; ++ch) {
           const float pixel = inside ? static_cast<float>(src[(sy * w + sx) * c + ch]) : 0.0f;  // zero padding
           dst[(y * w + x) * c + ch] = convert<T>(pixel * cfg.scale[ch] + cfg.shift[ch]);

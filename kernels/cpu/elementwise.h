@@ -9,6 +9,7 @@
 #include "kernels/convert.h"
 #include "kernels/element_math.h"
 #include "kernels/numeric.h"
+#include "kernels/optim_math.h"
 #include "kernels/shapes.h"
 
 namespace kernels::cpu {
@@ -77,6 +78,16 @@ template <class T> void scale(const T* x, double s, T* y, int64_t n, Stream = nu
   const acc_t<T> sa = static_cast<acc_t<T>>(s);
 #pragma omp parallel for if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(sa * load_simd(x[i]));
+}
+// In place, both: avg += weight * (w - avg); w = avg (kernels/optim_math.h average_step).
+template <class T> void weight_average(T* avg, T* w, double weight, int64_t n, Stream = nullptr) {
+  const acc_t<T> a = static_cast<acc_t<T>>(weight);
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    acc_t<T> v = acc_t<T>(avg[i]), x = acc_t<T>(w[i]);
+    average_step(v, x, a);
+    avg[i] = w[i] = from_acc<T>(v);
+  }
 }
 // Conversion between storage types through float (double when either side is double).
 template <class From, class To> void cast(const From* x, To* y, int64_t n, Stream = nullptr) {

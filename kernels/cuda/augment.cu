@@ -27,13 +27,9 @@ __global__ void make_batch_kernel(const uint8_t* images, const int32_t* labels, 
     const int y = static_cast<int>(r / (static_cast<int64_t>(c) * w));
     const int64_t img = indices[b];
     if (r == 0) labels_out[b] = labels[img];
-    AugmentDraw d{cfg.pad, cfg.pad, false};
-    if (augment) d = augment_draw(seed, epoch, static_cast<uint64_t>(img), cfg.pad);
-    if (!augment || !cfg.flip) d.flip = false;
-    if (!augment || cfg.pad == 0) d.dy = d.dx = cfg.pad;
-    const int sy = y + d.dy - cfg.pad;
-    const int sx = (d.flip ? w - 1 - x : x) + d.dx - cfg.pad;  // crop, then flip the crop
-    const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+    const AugmentDraw d = augment_view(augment, cfg, seed, epoch, static_cast<uint64_t>(img));
+    int sy, sx;
+    const bool inside = augment_source(d, cfg, h, w, y, x, &sy, &sx);  // crop, then flip the crop
     const float pixel = inside ? static_cast<float>(images[img * per_image + (static_cast<int64_t>(sy) * w + sx) * c + ch])
                                : 0.0f;
     out[i] = convert<T>(pixel * cfg.scale[ch] + cfg.shift[ch]);

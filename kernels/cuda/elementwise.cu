@@ -10,6 +10,7 @@
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/element_math.h"
+#include "kernels/optim_math.h"
 #include "kernels/philox.h"
 
 namespace kernels::cuda {
@@ -278,6 +279,21 @@ template <class From, class To> void cast(const From* x, To* y, int64_t n, cudaS
 }
 
 template <class T>
+__global__ void __launch_bounds__(kBlock) weight_average_kernel(T* avg, T* w, acc_t<T> weight, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    acc_t<T> v = acc_t<T>(avg[i]), x = acc_t<T>(w[i]);
+    average_step(v, x, weight);
+    avg[i] = w[i] = from_acc<T>(v);
+  }
+}
+template <class T> void weight_average(T* avg, T* w, double weight, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  weight_average_kernel<T><<<grid_for(n), kBlock, 0, s>>>(avg, w, static_cast<acc_t<T>>(weight), n);
+  CHECK_LAUNCH();
+}
+
+template <class T>
 void dropout(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream, uint64_t first,
              cudaStream_t s) {
   if (n <= 0) return;
@@ -367,6 +383,7 @@ template <class T> void column_sum(int64_t rows, int64_t cols, const T* x, T* ou
   template void relu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);                 \
   template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                           \
   template void scale<T>(const T*, double, T*, int64_t, cudaStream_t);                           \
+  template void weight_average<T>(T*, T*, double, int64_t, cudaStream_t);                       \
   template void dropout<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t, cudaStream_t); \
   template void fill<T>(T*, double, int64_t, cudaStream_t);                                      \
   template void fill_from_device<T>(T*, const acc_t<T>*, int64_t, cudaStream_t);                 \

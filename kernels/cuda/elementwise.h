@@ -20,6 +20,8 @@ template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, cud
 template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, cudaStream_t stream);
 template <class T> void add(const T* a, const T* b, T* y, int64_t n, cudaStream_t stream);  // y = a + b
 template <class T> void scale(const T* x, double s, T* y, int64_t n, cudaStream_t stream);  // y = s * x
+// In place, both: avg += weight * (w - avg); w = avg (kernels/optim_math.h average_step).
+template <class T> void weight_average(T* avg, T* w, double weight, int64_t n, cudaStream_t stream);
 // y = convert<To>(x): every pair of {float, double, half, bfloat16}, one correct rounding
 // (double -> half/bf16 directly, without going through float).
 template <class From, class To> void cast(const From* x, To* y, int64_t n, cudaStream_t stream);

@@ -150,10 +150,11 @@ __device__ void adam_compact(const ParamSlot& s, const Chunk& ck, int64_t chunk,
 }
 
 __global__ void __launch_bounds__(kBlock)
-    multi_sgd_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, SgdConfig cfg, StepScalars sc) {
+    multi_sgd_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, SgdConfig all, StepScalars sc) {
   if (sc.found_inf && *sc.found_inf) return;  // the whole step is skipped
   const Chunk ck = chunks[blockIdx.x];
   const ParamSlot s = slots[ck.slot];
+  const SgdConfig cfg = for_group(all, s.lr_scale, s.weight_decay);
   const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
   const bool first = sc.step ? (*sc.step == 0) : sc.first_step;
   if (s.state_format != StateFormat::F32 && cfg.momentum != 0) {  // uniform across the block
@@ -170,16 +171,17 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 __global__ void __launch_bounds__(kBlock)
-    multi_adam_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, AdamConfig cfg, StepScalars sc) {
+    multi_adam_kernel(const ParamSlot* slots, const Chunk* chunks, int64_t chunk, AdamConfig all, StepScalars sc) {
   if (sc.found_inf && *sc.found_inf) return;
   if (sc.step) {
     // The host's formula (engine/optim.cpp), in double, from the device step count.
     const double t = static_cast<double>(*sc.step + 1);
-    cfg.bias_correction1 = 1.0 - pow(cfg.beta1, t);
-    cfg.bias_correction2 = 1.0 - pow(cfg.beta2, t);
+    all.bias_correction1 = 1.0 - pow(all.beta1, t);
+    all.bias_correction2 = 1.0 - pow(all.beta2, t);
   }
   const Chunk ck = chunks[blockIdx.x];
   const ParamSlot s = slots[ck.slot];
+  const AdamConfig cfg = for_group(all, s.lr_scale, s.weight_decay);
   const float inv = sc.inv_scale ? *sc.inv_scale : 1.0f;
   if (s.state_format != StateFormat::F32) {  // uniform across the block
     adam_compact(s, ck, chunk, cfg, inv);

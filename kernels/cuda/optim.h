@@ -26,6 +26,7 @@ enum class StateFormat : uint8_t { F32 = 0, BF16 = 1, Int8 = 2 };
 
 struct ParamSlot {
   const void* grad = nullptr;
+  double lr_scale = 1.0, weight_decay = -1.0;  // the parameter group's (kernels/optim_math.h for_group)
   ElemType grad_type = ElemType::F32;
   float* master = nullptr;
   float* state1 = nullptr;

@@ -217,6 +217,76 @@ def gate_case():
     return cs
 
 
+def ce_sum_case(name, smoothing):
+    # airbench's loss: summed over the batch, not averaged.
+    logits = leaf(rand(6, 5, lo=-3.0, hi=3.0))
+    labels = torch.tensor([rng.randrange(5) for _ in range(6)], dtype=torch.int64)
+    loss = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction="sum")
+    gout = rand(1)
+    (loss * gout[0]).backward()
+    cs = Case(name, f"cross_entropy (log-softmax + NLL, summed over the batch) label_smoothing {smoothing}")
+    cs.put("smoothing", smoothing)
+    cs.put("logits", logits)
+    cs.put("labels", labels, "i32")
+    cs.put("gout", gout)
+    cs.put("loss", loss.detach().reshape(1))
+    cs.put("glogits", logits.grad)
+    return cs
+
+
+def signed_columns(vectors):
+    # Each eigenvector with its largest-magnitude component positive (engine/linalg.h's sign).
+    out = vectors.clone()
+    for j in range(out.shape[1]):
+        if out[out[:, j].abs().argmax(), j] < 0:
+            out[:, j] = -out[:, j]
+    return out
+
+
+def eigh_case():
+    # A symmetric positive definite 12x12 (a patch covariance's size) with spread eigenvalues.
+    b = rand(12, 12)
+    a = b @ b.T / 12 + 0.01 * torch.eye(12, dtype=DT)
+    values, vectors = torch.linalg.eigh(a)
+    cs = Case("eigh_12x12", "torch.linalg.eigh of a symmetric 12x12: ascending eigenvalues, eigenvectors as "
+                            "columns, each with its largest-magnitude component positive")
+    cs.put("a", a)
+    cs.put("values", values)
+    cs.put("vectors", signed_columns(vectors))
+    return cs
+
+
+def whitening_case():
+    # airbench's whitening layer from 4 uint8 images [6,5,3] (NHWC), normalised with CIFAR-10's
+    # mean and std as the engine rounds them (float32: scale = 1/(255 std), shift = -mean/std),
+    # 2x2 patches flattened row, column, channel (KRSC, our filter layout).
+    images = torch.tensor([[rng.randrange(256) for _ in range(6 * 5 * 3)] for _ in range(4)], dtype=DT)
+    images = images.reshape(4, 6, 5, 3)
+    mean = torch.tensor([0.4914, 0.4822, 0.4465], dtype=torch.float32)
+    std = torch.tensor([0.2470, 0.2435, 0.2616], dtype=torch.float32)
+    scale = (1.0 / (255.0 * std)).to(DT)  # float32 arithmetic, as the engine's float
+    shift = (-mean / std).to(DT)
+    x = images * scale + shift
+    k, eps = 2, 5e-4
+    patches = x.unfold(1, k, 1).unfold(2, k, 1)           # [n, oh, ow, c, kh, kw]
+    patches = patches.permute(0, 1, 2, 4, 5, 3).reshape(-1, k * k * 3)  # (row, column, channel)
+    cov = patches.T @ patches / patches.shape[0]
+    values, vectors = torch.linalg.eigh(cov)
+    vectors = signed_columns(vectors)
+    f = vectors.T / torch.sqrt(values + eps)[:, None]
+    filters = torch.cat([f, -f]).reshape(24, k, k, 3)
+    cs = Case("whitening_2x2", "airbench whitening: 2x2 patch covariance of 4 normalised images [6,5,3], its eigh, "
+                               "filters V / sqrt(L + 5e-4) and their negatives (KRSC)")
+    cs.put("images", images, "i32")
+    cs.put("scale", scale)
+    cs.put("shift", shift)
+    cs.put("eps", eps)
+    cs.put("covariance", cov)
+    cs.put("values", values)
+    cs.put("filters", filters)
+    return cs
+
+
 def main():
     torch.use_deterministic_algorithms(True)
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -249,6 +319,9 @@ def main():
         unary_case("silu", F.silu, "SiLU x * sigmoid(x) on [3,4,5] in [-8, 8]"),
         unary_case("sigmoid", torch.sigmoid, "sigmoid on [3,4,5] in [-8, 8]"),
         gate_case(),
+        ce_sum_case("cross_entropy_sum_ls0.2", 0.2),
+        eigh_case(),
+        whitening_case(),
     ]
     total = 0
     for cs in cases:

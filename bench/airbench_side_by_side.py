@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""airbench94 side by side: our trainer's `--recipe airbench94` and a PyTorch twin of the same
+recipe, written by us from the published description (docs/airbench.md), on the same CIFAR-10
+copy (the very pixels: our trainer's decoded cache), seed by seed, in fp32, bf16 and fp16.
+
+Each run appends one JSON line to --results (default build/airbench/results.jsonl): system,
+precision, seed, TTA accuracy, accuracy without TTA, the time to the result (whitening,
+training and the TTA evaluation) and the training time. Runs already in the file are skipped,
+so a sweep that is stopped resumes where it left off; `--table` prints the per-seed table,
+means, standard deviations and the gaps without running anything.
+
+  python3 bench/airbench_side_by_side.py --seeds 1-5 --precisions bf16,fp32 [--systems ours,twin]
+      [--build build] [--data DIR] [--threads 2] [--channels-last] [--epochs 9.9] [--table]
+
+The twin (train_twin) is the recipe in plain PyTorch: nn.Sequential from bench/pytorch_models.py,
+SGD with two parameter groups, a hand-written triangle schedule and lookahead, the batch built
+on the whole resident data set (alternating flips, reflect-padded random translation), and
+test-time augmentation at the end; fp16 as AMP (autocast + GradScaler), bf16 as autocast.
+PyTorch is needed for the twin only (a venv is fine); the engine does not use it.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+# The recipe (models/trainer_args.cpp apply_recipe derives the same values the same way).
+MOMENTUM, LR_PER_1024, DECAY_PER_1024, NORM_LR_SCALE = 0.85, 11.5, 0.0153, 64.0
+BATCH, EPOCHS, LABEL_SMOOTHING, WHITEN_IMAGES, WHITEN_EPS = 1024, 9.9, 0.2, 5000, 5e-4
+WHITEN_BIAS_EPOCHS, EMA_EVERY, EMA_RATE = 3, 5, 0.95
+LR_START, LR_PEAK_AT, LR_END = 0.2, 0.23, 0.07
+
+
+def parse_seeds(s):
+    out = []
+    for part in s.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += list(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    if not out:
+        sys.exit(f"error: --seeds expects numbers or ranges like 1-5,8, got '{s}'")
+    return out
+
+
+# ---- ours: the trainer's recipe ----------------------------------------------------------------------
+
+def run_ours(a, precision, seed, log):
+    cmd = [os.path.join(a.build, "trainer"), "--recipe", "airbench94", "--device", "cpu", "--precision", precision,
+           "--seed", str(seed), "--threads", str(a.threads), "--log", log, "--cache", a.cache, "--epochs", str(a.epochs)]
+    if a.data:
+        cmd += ["--data", a.data]
+    if os.path.exists(log):
+        os.remove(log)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: our trainer failed (seed {seed}, {precision}):\n{r.stderr.strip()[-2000:]}")
+    tta = summary = None
+    with open(log) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("event") == "tta":
+                tta = e
+            elif e.get("event") == "summary":
+                summary = e
+    if tta is None:
+        sys.exit(f"error: no TTA line in {log}")
+    return {"tta_accuracy": tta["tta_accuracy"], "accuracy": tta["accuracy"], "seconds": tta["seconds"],
+            "train_seconds": tta["train_seconds"], "skipped": summary.get("skipped", 0) if summary else None}
+
+
+def engine_cache(a):
+    """Our trainer's decoded cache: made by a short run of ours when there is none yet."""
+    found = sorted(glob.glob(os.path.join(a.cache, "cifar10-*.u8")))
+    if not found:
+        cmd = [os.path.join(a.build, "trainer"), "--device", "cpu", "--max-steps", "1", "--cache", a.cache]
+        if a.data:
+            cmd += ["--data", a.data]
+        subprocess.run(cmd, check=True, capture_output=True)
+        found = sorted(glob.glob(os.path.join(a.cache, "cifar10-*.u8")))
+    if not found:
+        sys.exit(f"error: no CIFAR-10 cache in {a.cache} (is the data there? --data DIR)")
+    return found[-1]
+
+
+# ---- the twin ----------------------------------------------------------------------------------------
+
+def train_twin(a, precision, seed, splits):
+    import torch
+    import torch.nn.functional as F
+    import pytorch_models
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(a.threads)
+    gen = torch.Generator().manual_seed(seed)
+    mean = torch.tensor(pytorch_models.CIFAR10_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(pytorch_models.CIFAR10_STD).view(1, 3, 1, 1)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+
+    def normalise(u8_nchw):
+        return ((u8_nchw.float() / 255.0 - mean) / std).contiguous(memory_format=fmt)
+
+    train_u8 = splits.train_x.permute(0, 3, 1, 2).contiguous()  # NCHW uint8; batches normalised as built
+    train_y = splits.train_y
+    test_x, test_y = normalise(splits.test_x.permute(0, 3, 1, 2)), splits.test_y
+    n = train_u8.shape[0]
+    steps_per_epoch = n // BATCH
+    total = math.ceil(a.epochs * steps_per_epoch)
+    net = pytorch_models.airbench94().to(memory_format=fmt)
+
+    t0 = time.perf_counter()
+    # The whitening layer: the covariance of all 2x2 patches of WHITEN_IMAGES random images.
+    with torch.no_grad():
+        pick = torch.randperm(n, generator=gen)[:WHITEN_IMAGES]
+        x = normalise(train_u8[pick]).double()
+        patches = x.unfold(2, 2, 1).unfold(3, 2, 1)  # [b, c, 31, 31, 2, 2]
+        patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(-1, 12)  # (c, row, column): OIHW's order
+        cov = patches.T @ patches / patches.shape[0]
+        values, vectors = torch.linalg.eigh(cov)
+        filt = (vectors.T / torch.sqrt(values + WHITEN_EPS)[:, None]).reshape(12, 3, 2, 2)
+        net[0].weight.copy_(torch.cat([filt, -filt]).float())
+    setup_seconds = time.perf_counter() - t0
+
+    lr = LR_PER_1024 / (1024 * (1 + 1 / (1 - MOMENTUM)))
+    wd = DECAY_PER_1024 * 1024 / LR_PER_1024
+    norm_biases = [p for name, p in net.named_parameters() if p.requires_grad and isinstance(
+        dict(net.named_modules())[name.rsplit(".", 1)[0]], torch.nn.BatchNorm2d)]
+    others = [p for p in net.parameters() if p.requires_grad and all(p is not q for q in norm_biases)]
+    opt = torch.optim.SGD([{"params": norm_biases, "lr": lr * NORM_LR_SCALE, "weight_decay": wd / NORM_LR_SCALE},
+                           {"params": others, "lr": lr, "weight_decay": wd}], momentum=MOMENTUM, nesterov=True)
+    for g in opt.param_groups:
+        g["initial_lr"] = g["lr"]
+    peak = int(LR_PEAK_AT * total)
+
+    def lr_factor(step):
+        if step < peak:
+            return LR_START + (1 - LR_START) * step / peak
+        return 1 + (LR_END - 1) * (step - peak) / max(1, total - peak)
+
+    # Lookahead: FP32 copies of every float tensor of the state (weights and BN statistics).
+    average = {k: v.detach().clone().float() for k, v in net.state_dict().items() if v.is_floating_point()}
+
+    def lookahead(decay):
+        with torch.no_grad():
+            state = net.state_dict()
+            for k, avg in average.items():
+                avg.lerp_(state[k].float(), 1 - decay)
+                state[k].copy_(avg)
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=a.twin_init_scale) if precision == "fp16" else None
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    flip_base = torch.rand(n, generator=gen) < 0.5
+    # Reflect-padded once (as uint8: padding commutes with the per-channel normalisation).
+    padded = F.pad(train_u8.float(), (2, 2, 2, 2), mode="reflect").to(torch.uint8)
+    whiten_bias_steps = math.ceil(WHITEN_BIAS_EPOCHS * steps_per_epoch)
+    step, train_seconds = 0, 0.0
+    net.train()
+    for epoch in range(math.ceil(a.epochs)):
+        e0 = time.perf_counter()
+        # Translation by -2..2 pixels per image, then the alternating flip.
+        shifts = torch.randint(0, 5, (n, 2), generator=gen)
+        images = torch.empty_like(train_u8)
+        for dy in range(5):
+            for dx in range(5):
+                sel = (shifts[:, 0] == dy) & (shifts[:, 1] == dx)
+                images[sel] = padded[sel, :, dy:dy + 32, dx:dx + 32]
+        flip = flip_base ^ (epoch % 2 == 1)
+        images[flip] = images[flip].flip(-1)
+        order = torch.randperm(n, generator=gen)
+        for i in range(steps_per_epoch):
+            if step >= total:
+                break
+            idx = order[i * BATCH:(i + 1) * BATCH]
+            net[0].bias.requires_grad_(step < whiten_bias_steps)
+            for g in opt.param_groups:
+                g["lr"] = g["initial_lr"] * lr_factor(step)
+            with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                loss = F.cross_entropy(net(normalise(images[idx])), train_y[idx], label_smoothing=LABEL_SMOOTHING,
+                                       reduction="sum")
+            opt.zero_grad(set_to_none=True)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            step += 1
+            if step % EMA_EVERY == 0:
+                lookahead(EMA_RATE ** EMA_EVERY * (step / total) ** 3)
+            if step == total:
+                lookahead(1.0)
+        train_seconds += time.perf_counter() - e0
+
+    # Test-time augmentation: 0.5 x mean(image, mirror) + 0.5 x mean over two translated views.
+    e0 = time.perf_counter()
+    net.eval()
+    correct = correct_plain = 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        for b in range(0, test_x.shape[0], 2000):
+            x = test_x[b:b + 2000]
+
+            def mirror_mean(v, own=None):
+                return 0.5 * ((net(v).float() if own is None else own) + net(v.flip(-1)).float())
+
+            plain = net(x).float()
+            p = F.pad(x, (1, 1, 1, 1), mode="reflect")
+            logits = 0.5 * mirror_mean(x, plain) + 0.25 * (mirror_mean(p[:, :, 0:32, 0:32]) +
+                                                           mirror_mean(p[:, :, 2:34, 2:34]))
+            correct += (logits.argmax(1) == test_y[b:b + 2000]).sum().item()
+            correct_plain += (plain.argmax(1) == test_y[b:b + 2000]).sum().item()
+    eval_seconds = time.perf_counter() - e0
+    m = test_x.shape[0]
+    return {"tta_accuracy": 100.0 * correct / m, "accuracy": 100.0 * correct_plain / m,
+            "seconds": setup_seconds + train_seconds + eval_seconds, "train_seconds": train_seconds,
+            "skipped": None}
+
+
+# ---- the table ---------------------------------------------------------------------------------------
+
+def load_results(path):
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def key(r):
+    return (r["system"], r["precision"], r["seed"], r.get("epochs", EPOCHS), r.get("channels_last", False))
+
+
+def table(rows):
+    by = {}
+    for r in rows:
+        by.setdefault((r["system"], r["precision"]), []).append(r)
+    print(f"{'system':6} {'prec':5} {'seeds':>5} {'TTA mean':>9} {'SD':>6} {'no-TTA':>7} {'time s':>8}  per seed (TTA %)")
+    for (system, prec), rs in sorted(by.items()):
+        rs.sort(key=lambda r: r["seed"])
+        acc = [r["tta_accuracy"] for r in rs]
+        sd = statistics.stdev(acc) if len(acc) > 1 else float("nan")
+        print(f"{system:6} {prec:5} {len(rs):5d} {statistics.mean(acc):9.2f} {sd:6.2f} "
+              f"{statistics.mean(r['accuracy'] for r in rs):7.2f} {statistics.median(r['seconds'] for r in rs):8.0f}  "
+              + " ".join(f"{r['seed']}:{r['tta_accuracy']:.2f}" for r in rs))
+    for prec in sorted({p for _, p in by}):
+        o, t = by.get(("ours", prec)), by.get(("twin", prec))
+        if o and t:
+            mo, mt = statistics.mean(r["tta_accuracy"] for r in o), statistics.mean(r["tta_accuracy"] for r in t)
+            so, st = (statistics.stdev([r["tta_accuracy"] for r in x]) if len(x) > 1 else float("nan") for x in (o, t))
+            se = math.sqrt(so ** 2 / len(o) + st ** 2 / len(t))
+            ratio = statistics.median(r["seconds"] for r in t) / statistics.median(r["seconds"] for r in o)
+            print(f"{prec}: ours - twin = {mo - mt:+.2f} points (3 standard errors {3 * se:.2f}); "
+                  f"time to the result: twin / ours = {ratio:.2f}x")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="1-5")
+    ap.add_argument("--precisions", default="fp16,bf16,fp32")
+    ap.add_argument("--systems", default="ours,twin")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--data", default="", help="CIFAR-10 folders (our trainer's --data)")
+    ap.add_argument("--cache", default=os.path.join(ROOT, "build", "airbench", "cache"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "build", "airbench", "results.jsonl"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--epochs", type=float, default=EPOCHS)
+    ap.add_argument("--channels-last", action="store_true", help="the twin in channels_last")
+    ap.add_argument("--twin-init-scale", type=float, default=512.0, help="the twin's fp16 GradScaler start")
+    ap.add_argument("--table", action="store_true", help="print the table of --results and exit")
+    a = ap.parse_args()
+    os.makedirs(os.path.dirname(a.results), exist_ok=True)
+    if a.table:
+        table(load_results(a.results))
+        return
+    systems = [s for s in a.systems.split(",") if s]
+    for s in systems:
+        if s not in ("ours", "twin"):
+            sys.exit(f"error: --systems expects ours and/or twin, got '{s}'")
+    precisions = [p for p in a.precisions.split(",") if p]
+    for p in precisions:
+        if p not in ("fp32", "bf16", "fp16"):
+            sys.exit(f"error: --precisions expects fp32, bf16, fp16, got '{p}'")
+    splits = None
+    done = {key(r) for r in load_results(a.results)}
+    for seed in parse_seeds(a.seeds):
+        for prec in precisions:
+            for system in systems:
+                k = (system, prec, seed, a.epochs, a.channels_last if system == "twin" else False)
+                if k in done:
+                    continue
+                print(f"[{time.strftime('%H:%M:%S')}] {system} {prec} seed {seed} ...", flush=True)
+                if system == "ours":
+                    log = os.path.join(os.path.dirname(a.results), f"ours-{prec}-{seed}.jsonl")
+                    r = run_ours(a, prec, seed, log)
+                else:
+                    if splits is None:
+                        import pytorch_reference
+                        splits = pytorch_reference.load_engine_cache(engine_cache(a))
+                    r = train_twin(a, prec, seed, splits)
+                r.update({"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
+                          "channels_last": k[4], "threads": a.threads})
+                with open(a.results, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+                print(f"    TTA {r['tta_accuracy']:.2f}% (no TTA {r['accuracy']:.2f}%) in {r['seconds']:.0f} s", flush=True)
+    table(load_results(a.results))
+
+
+if __name__ == "__main__":
+    main()
