@@ -10,6 +10,7 @@
 #include "kernels/element_math.h"
 #include "kernels/numeric.h"
 #include "kernels/optim_math.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/shapes.h"
 
 namespace kernels::cpu {
@@ -60,13 +61,25 @@ template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n,
   }
 }
 // Any unary op of kernels/element_math.h: y = Op::fwd(x), gx = Op::bwd(x, gy), in acc_t<T>.
+// GELU on float, FP16 and BF16 data runs kernels/cpu/vector_math.h's vectorising form of the
+// same function (libm's erf is one call per element); FP64 (gradient checks) keeps libm's.
 template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
+  if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(gelu_fwd_vec(load_simd(x[i])));
+  } else {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(Op::fwd(acc_t<T>(x[i])));
+    for (int64_t i = 0; i < n; ++i) y[i] = from_acc<T>(Op::fwd(acc_t<T>(x[i])));
+  }
 }
 template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
+  if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) gx[i] = store_simd<T>(gelu_bwd_vec(load_simd(x[i]), load_simd(gy[i])));
+  } else {
 #pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(Op::bwd(acc_t<T>(x[i]), acc_t<T>(gy[i])));
+    for (int64_t i = 0; i < n; ++i) gx[i] = from_acc<T>(Op::bwd(acc_t<T>(x[i]), acc_t<T>(gy[i])));
+  }
 }
 // y = a + b
 template <class T> void add(const T* a, const T* b, T* y, int64_t n, Stream = nullptr) {
