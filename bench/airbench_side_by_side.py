@@ -224,6 +224,17 @@ def train_twin(a, precision, seed, splits):
             "skipped": None}
 
 
+def commit_of(build):
+    """The commit the trainer was built at: <build>/COMMIT when a sweep runs a copied binary,
+    else the checkout's HEAD."""
+    path = os.path.join(build, "COMMIT")
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
 # ---- the table ---------------------------------------------------------------------------------------
 
 def load_results(path):
@@ -306,7 +317,7 @@ def main():
                         splits = pytorch_reference.load_engine_cache(engine_cache(a))
                     r = train_twin(a, prec, seed, splits)
                 r.update({"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
-                          "channels_last": k[4], "threads": a.threads})
+                          "channels_last": k[4], "threads": a.threads, "commit": commit_of(a.build)})
                 with open(a.results, "a") as f:
                     f.write(json.dumps(r) + "\n")
                 print(f"    TTA {r['tta_accuracy']:.2f}% (no TTA {r['accuracy']:.2f}%) in {r['seconds']:.0f} s", flush=True)

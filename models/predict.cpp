@@ -25,6 +25,7 @@
 #include "models/models.h"
 #include "models/predict_args.h"
 #include "models/pytorch_weights.h"
+#include "models/tta.h"
 
 namespace {
 
@@ -230,6 +231,7 @@ int run(const Options& o) {
   engine::NoGradScope no_grad;
   engine::AutocastScope autocast(dtype);
   const kernels::AugmentConfig norm = models::input_normalisation(l.model_name);  // the trainer's, no augmentation
+  const std::vector<models::TtaView> tta_views = models::tta_views(norm);
   int64_t labelled = 0, correct = 0;
   const int64_t n = static_cast<int64_t>(files.size());
   for (int64_t begin = 0; begin < n; begin += o.batch_size) {
@@ -257,8 +259,13 @@ int run(const Options& o) {
       labels = labels.to(device);
     }
     Tensor x = Tensor::empty({b, 32, 32, 3}, dtype, device), y = Tensor::empty({b}, DType::I32, device);
-    engine::make_batch(images, labels, indices, false, norm, 0, 0, x, y);
-    const std::vector<double> z = (l.int8 ? l.int8->forward_int8(x) : (*l.model)(x)).to_vector();
+    std::vector<double> z;
+    if (o.tta) {
+      z = models::tta_logits(*l.model, tta_views, images, labels, indices, x, y).to_vector();
+    } else {
+      engine::make_batch(images, labels, indices, false, norm, 0, 0, x, y);
+      z = (l.int8 ? l.int8->forward_int8(x) : (*l.model)(x)).to_vector();
+    }
     for (int64_t i = 0; i < b; ++i) {
       const double* zi = z.data() + i * k;
       // Softmax in double on the host, shifted by the maximum.

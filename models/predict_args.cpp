@@ -23,8 +23,8 @@ accuracy over those images is printed at the end.
   --weights FILE          model.safetensors from `trainer --export` (or a PyTorch state_dict
                           of bench/pytorch_models.py's model), or a trainer checkpoint; an
                           INT8 file (trainer --export-dtype int8) runs in INT8
-  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0
-                          [the file's own; else simplecnn]
+  --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0 |
+                          airbench94                    [the file's own; else simplecnn]
   --precision P           fp32 | fp16 | bf16 | int8: the inference dtype     [fp32]
                           int8 (CPU only) on FP32 weights quantizes them on the fly,
                           calibrated on --calibration-data
@@ -41,10 +41,15 @@ accuracy over those images is printed at the end.
   --fold-bn               fold each batch-norm into the convolution before it (inference
                           only; bench_train --inference measures what it changes) [off]
   --json                  one JSON object per image (top-k, probabilities, logits)
+  --tta                   test-time augmentation: the logits are 0.5 x the mean over the
+                          image and its mirror + 0.5 x the mean over two views shifted by
+                          one pixel (reflection padding), each mirror-averaged (the
+                          trainer's --tta; not with int8)
   --threads N             CPU threads                                        [all cores]
   --help                  this text
 
-Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB.
+Pixels are normalised as in training: (pixel / 255 - 0.5) / 0.5, RGB (airbench94: by
+CIFAR-10's channel means and standard deviations).
 )";
 
 
@@ -69,16 +74,13 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
     if (arg == "--help" || arg == "-h") {
       o.action = ArgsAction::Help;
       return o;
-    } else if (arg == "--resize" || arg == "--json" || arg == "--fold-bn") {
+    } else if (arg == "--resize" || arg == "--json" || arg == "--fold-bn" || arg == "--tta") {
       if (inline_value) usage_error(arg + " takes no value");
-      (arg == "--resize" ? o.resize : arg == "--json" ? o.json : o.fold_bn) = true;
+      (arg == "--resize" ? o.resize : arg == "--json" ? o.json : arg == "--tta" ? o.tta : o.fold_bn) = true;
     } else if (arg == "--weights") {
       o.weights = next();
     } else if (arg == "--model") {
-      o.model = next();
-      const auto& names = models::model_names();
-      if (std::find(names.begin(), names.end(), o.model) == names.end())
-        usage_error("--model must be one of simplecnn, resnet9, resnet18, resnet50, efficientnet_b0, got '" + o.model + "'");
+      o.model = parse_choice(arg, next(), models::model_names());
     } else if (arg == "--precision") {
       o.precision = next();
       if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16" && o.precision != "int8")
@@ -113,6 +115,7 @@ PredictOptions parse_predict_args(int argc, const char* const* argv) {
   o.calibration_given = calibration_flags;
   if (calibration_flags && o.precision != "int8")
     usage_error("--calibration-data, --calibrate and --calibration-method apply to --precision int8 only");
+  if (o.tta && o.precision == "int8") usage_error("--tta is for fp32, fp16 and bf16 inference, not int8");
   return o;
 }
 

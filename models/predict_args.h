@@ -14,7 +14,7 @@ struct PredictOptions {
   ArgsAction action = ArgsAction::Run;  // --help: print and exit 0
   std::string weights, model, precision = "fp32", device = "auto";
   int64_t top_k = 3, batch_size = 256;
-  bool resize = false, json = false, fold_bn = false;
+  bool resize = false, json = false, fold_bn = false, tta = false;
   int threads = 0;
   // --precision int8 on an FP32 file: calibrate on N images of a folder (docs/quantization.md).
   int64_t calibrate = 512;

@@ -52,6 +52,13 @@ got=$(accuracy_of --weights ck.bin --precision fp16 data/test)
   fail "predict fp16 accuracy '$got' vs trainer's '$acc16'"
 got=$(accuracy_of --weights model.safetensors --precision fp16 data/test)
 [ -n "$got" ] && [ "$got" = "$acc16" ] && pass "predict fp16 (safetensors) accuracy $got%" || fail "predict fp16 safetensors '$got' vs '$acc16'"
+# Test-time augmentation: predict --tta over the folders equals the trainer's --eval-only --tta.
+tta_line=$("$trainer" "${common[@]}" --precision fp16 --resume ck.bin --eval-only --tta 2>/dev/null | grep '^test loss')
+tta32=$(sed -nE 's/.*FP32 inference ([0-9.]+)%.*/\1/p' <<<"$tta_line")
+got=$(accuracy_of --weights model.safetensors --tta data/test)
+[ -n "$got" ] && [ "$got" = "$tta32" ] && pass "predict --tta accuracy $got% = trainer's --eval-only --tta $tta32%" ||
+  fail "predict --tta accuracy '$got' vs trainer's '$tta32' ($tta_line)"
+expect 2 "--tta is for fp32, fp16 and bf16 inference, not int8" -- "$build/predict" --weights model.safetensors --tta --precision int8 data/test
 
 # The file, read by others.
 run_check "safetensors package reads PyTorch's names and shapes" python3 "$check" check-names model.safetensors simplecnn float32
