@@ -114,8 +114,9 @@ CALL1_SECTIONS=(
   "nccl_tests|20|NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO engine_cuda_tests \"[nccl]\" (one-rank communicator)"
 )
 CALL2_SECTIONS=(
-  "pytorch|60|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py with call 1's train logs"
-  "bench|60|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
+  "pytorch|45|pytorch_reference.py eager AMP, $EPOCHS epochs, then compare.py with call 1's train logs"
+  "airbench|45|trainer --recipe airbench94 --precision fp16 beside airbench's package (.gpu_deps/airbench) on our CIFAR-10 copy"
+  "bench|30|bench_kernels --device cuda --quick; bench_train --device cuda --steps 20"
 )
 EXTRA_SECTIONS=(
   "sanitizer|120|compute-sanitizer --tool memcheck engine_cuda_tests [sanitize]"
@@ -208,6 +209,7 @@ logs_of() {  # the logs a section writes, for its fail_<name>.log
     racecheck) echo "$d/sanitizer_racecheck.log" ;;
     train) echo "$d"/train_*.log ;;
     pytorch) echo "$d/pytorch_eager.log" ;;
+    airbench) echo "$d/airbench_ours.log $d/airbench_theirs.log" ;;
     compile) echo "$d/pytorch_compile.log" ;;
     bench) echo "$d/bench_kernels.log $d/bench_train.log" ;;
     cpu_tests) echo "$d/build_all.log $d/ctest_cpu.log" ;;
@@ -736,6 +738,55 @@ pytorch_side_by_side() {
   else record "$name" "$(verdict_for "$rc")" "$mode rc $rc (see pytorch_$mode.log)"; fi
 }
 section_pytorch() { pytorch_side_by_side pytorch eager; }
+
+# Our airbench94 recipe in FP16 (AMP: FP32 masters, the loss scaler) beside airbench's own
+# package (airbench94, pure FP16 weights) on this GPU, both on our CIFAR-10 JPEG copy (theirs
+# reads it as the train.pt / test.pt its loader expects). The package is a yardstick only:
+# --prepare puts its source in .gpu_deps/airbench; it needs torchvision, which the image may lack.
+section_airbench() {
+  say "airbench94: ours (--recipe airbench94, fp16) beside airbench's package"
+  ensure_data
+  local cap half rc1=0 rc2=0 ours theirs
+  cap=$(cap_of airbench); half=$((cap / 2))
+  run_capped "$half" "$BUILD/trainer" --recipe airbench94 --device cuda --precision fp16 "${DATA_ARGS[@]}" \
+      --log "$LOGDIR/airbench_ours.jsonl" > "$LOGDIR/airbench_ours.log" 2>&1 || rc1=$?
+  tail -4 "$LOGDIR/airbench_ours.log"
+  ours=$(grep -o "TTA accuracy .* s (whitening" "$LOGDIR/airbench_ours.log" | sed 's/ (whitening//')
+  [ "$rc1" = 0 ] && [ -n "$ours" ] || ours="ours: $(verdict_for "$rc1") (rc $rc1, airbench_ours.log)"
+  if [ ! -d "$DEPS/airbench" ]; then
+    theirs="theirs: not-run (no .gpu_deps/airbench: bash bench/gpu_check.sh --prepare)"
+  elif [ "$DATA_WHERE" != "CIFAR-10 JPEG copy" ]; then
+    theirs="theirs: not-run (no CIFAR-10 copy here)"
+  else
+    run_capped "$half" env "PYTHONPATH=$DEPS" "${TORCH_PY[@]}" - "$BUILD/cache" "$LOGDIR/airbench_data" "$ROOT/bench" \
+        > "$LOGDIR/airbench_theirs.log" 2>&1 <<'PY' || rc2=$?
+import glob, os, sys, time
+import torch
+cache, out = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])  # our bench/: the engine cache's reader
+import pytorch_reference
+s = pytorch_reference.load_engine_cache(sorted(glob.glob(os.path.join(cache, "cifar10-*.u8")))[-1])
+os.makedirs(out, exist_ok=True)
+classes = pytorch_reference.CLASSES
+torch.save({"images": s.train_x.clone(), "labels": s.train_y.clone(), "classes": classes}, os.path.join(out, "train.pt"))
+torch.save({"images": s.test_x.clone(), "labels": s.test_y.clone(), "classes": classes}, os.path.join(out, "test.pt"))
+import airbench
+hyp = airbench.lib_airbench94.hyp
+loader = airbench.CifarLoader(out, train=True, batch_size=hyp["opt"]["batch_size"], aug=hyp["aug"], altflip=True)
+airbench.lib_airbench94.train94(loader, run=-1, verbose=False)  # its warm-up run, as airbench times itself
+t0 = time.perf_counter()
+acc = airbench.lib_airbench94.train94(loader, run=0, verbose=False)
+print(f"THEIRS {100 * acc:.2f}% in {time.perf_counter() - t0:.2f} s (after a warm-up run)")
+PY
+    tail -3 "$LOGDIR/airbench_theirs.log"
+    theirs=$(grep -o "THEIRS .*" "$LOGDIR/airbench_theirs.log" | sed 's/THEIRS/theirs/')
+    [ "$rc2" = 0 ] && [ -n "$theirs" ] ||
+      theirs="theirs: $(verdict_for "$rc2") (rc $rc2: $(grep -m1 -oE "(ModuleNotFoundError|Error).*" "$LOGDIR/airbench_theirs.log" | cut -c1-120))"
+  fi
+  local v=ok
+  [ "$rc1" = 0 ] || v=$(verdict_for "$rc1")
+  record airbench "$v" "ours $ours; $theirs"
+}
 section_compile() { pytorch_side_by_side compile compile; }
 
 # Our linear/conv vs direct cuBLASLt/cuDNN calls, memory-bound kernels vs copy bandwidth (quick
@@ -965,6 +1016,16 @@ prepare() {
     if [ -f "$src" ]; then cp "$src" "$dst" && echo "copied $src -> ${dst#"$ROOT"/}"
     else echo "missing $src (install catch2 / libstb-dev here first)" >&2; ok=0; fi
   done
+  # airbench's package source (pure Python), the GPU section's yardstick; the machine there
+  # reaches no registry. Never part of the project: .gpu_deps is git-ignored.
+  if [ ! -d "$DEPS/airbench" ]; then
+    local tmp; tmp=$(mktemp -d)
+    if pip download airbench==0.1.8 --no-deps --no-binary :all: -d "$tmp" > "$tmp/pip.log" 2>&1 &&
+       tar -xzf "$tmp"/airbench-*.tar.gz -C "$tmp" && cp -r "$tmp"/airbench-*/airbench "$DEPS/airbench"; then
+      echo "copied airbench 0.1.8's source -> .gpu_deps/airbench"
+    else echo "note: could not fetch airbench's source (no registry?); the airbench section will say not-run"; fi
+    rm -rf "$tmp"
+  fi
   # The CIFAR-10 archive for the training section (about 20 MB).
   archive="$ROOT/../shared/data/cifar10-jpeg.tar.gz"
   if [ -f "$archive" ]; then cp "$archive" "$DEPS/" && echo "copied $archive -> .gpu_deps/"

@@ -35,12 +35,12 @@ check "the [cuda] run leaves out [nccl]; those run with NCCL_SOCKET_IFNAME=lo" \
 check "fp16 trains first" grep -qE "^  train .*--precision \{fp16 fp32\}" <<< "$plan"
 check "the dry run says which call runs what" \
   bash -c 'grep -qE "^  call 1: bash bench/gpu_check.sh +cuda_tests train nccl_tests; caps [0-9]+ s of 330 s$" <<< "$1" &&
-           grep -qE "^  call 2: GPU_CHECK_CALL=2 bash bench/gpu_check.sh +pytorch bench; caps [0-9]+ s of 330 s" <<< "$1" &&
+           grep -qE "^  call 2: GPU_CHECK_CALL=2 bash bench/gpu_check.sh +pytorch airbench bench; caps [0-9]+ s of 330 s" <<< "$1" &&
            grep -qE "^  later: +GPU_CHECK_ONLY=\"sanitizer .*export\"" <<< "$1"' _ "$plan"
 plan_call2=$(GPU_CHECK_CALL=2 bash "$script" --dry-run)
-check "call 2: env, configure, build, versions, pytorch, bench" \
+check "call 2: env, configure, build, versions, pytorch, airbench, bench" \
   test "$(sed -nE 's/^  ([a-z_]+) +cap.*/\1/p' <<< "$plan_call2" | paste -sd' ' -)" = \
-       "env configure build versions pytorch bench"
+       "env configure build versions pytorch airbench bench"
 check "call 2's caps add up to no more than its budget" \
   bash -c 'n=$(sed -nE "s/^caps add up to ([0-9]+) s, within the 330 s budget$/\1/p" <<< "$1"); [ -n "$n" ] && [ "$n" -le 330 ]' _ "$plan_call2"
 check "call 2 builds the trainer and the benchmarks" grep -qE "cmake --build: trainer bench_kernels bench_train$" <<< "$plan_call2"
@@ -201,6 +201,7 @@ fake_run() {
     section_train() { big "$LOGDIR/train_fp32.log" $((5 * 1024 * 1024)); big "$LOGDIR/train_fp16.log" $((5 * 1024 * 1024)); record train FAILED "stand-in"; }
     section_nccl_tests() { echo "nccl: stand-in" > "$LOGDIR/nccl_tests.log"; record nccl_tests ok "stand-in"; }
     section_pytorch() { big "$LOGDIR/pytorch_eager.log" $((5 * 1024 * 1024)); record pytorch FAILED "stand-in"; }
+    section_airbench() { echo "airbench: stand-in" > "$LOGDIR/airbench_ours.log"; record airbench ok "stand-in"; }
     section_bench() { big "$LOGDIR/bench_kernels.log" $((5 * 1024 * 1024)); record bench FAILED "stand-in"; }
     section_hang() { echo "hanging"; run_capped 300 sleep 300; record hang FAILED "ran to its end"; }
     make_plan; PLAN+=("${CALL2_SECTIONS[@]}" "hang|300|sleeps")
@@ -230,7 +231,7 @@ check_out() {  # check_out OUT WHAT: the device tool's limits and what must be t
   # A kill in the middle of a copy leaves one NAME.part beside the previous NAME.
   check "$what: at most one half-copied .part file" test "$(find "$out" -name '*.part' | wc -l)" -le 1
   check "$what: summary.md has every finished section" \
-    bash -c 'for s in env configure build versions cuda_tests train nccl_tests pytorch bench; do grep -qE "^\| $s +\|" "$1" || exit 1; done' _ "$out/summary.md"
+    bash -c 'for s in env configure build versions cuda_tests train nccl_tests pytorch airbench bench; do grep -qE "^\| $s +\|" "$1" || exit 1; done' _ "$out/summary.md"
   check "$what: the failed sections' logs, four of five" test "$(find "$out" -name 'fail_*.log' | wc -l)" = 4
   check "$what: fail_cuda_tests.log cut to 2 MiB, its end kept" \
     bash -c '[ "$(stat -c %s "$1")" -le $((2 * 1024 * 1024)) ] && tail -1 "$1" | grep -q "END OF cuda_tests.log"' _ "$out/fail_cuda_tests.log"
