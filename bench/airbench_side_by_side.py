@@ -284,7 +284,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--epochs", type=float, default=EPOCHS)
     ap.add_argument("--channels-last", action="store_true", help="the twin in channels_last")
-    ap.add_argument("--twin-init-scale", type=float, default=512.0, help="the twin's fp16 GradScaler start")
+    ap.add_argument("--twin-init-scale", type=float, default=2048.0, help="the twin's fp16 GradScaler start")
     ap.add_argument("--table", action="store_true", help="print the table of --results and exit")
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.results), exist_ok=True)
