@@ -158,13 +158,15 @@ def bn_case(name, shape, training):
     return cs
 
 
-def ce_case(name, smoothing):
+def ce_case(name, smoothing, reduction="mean"):
+    # reduction "sum" is airbench's loss: summed over the batch, not averaged.
     logits = leaf(rand(6, 5, lo=-3.0, hi=3.0))
     labels = torch.tensor([rng.randrange(5) for _ in range(6)], dtype=torch.int64)
-    loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)  # mean over the batch
+    loss = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction=reduction)
     gout = rand(1)
     (loss * gout[0]).backward()
-    cs = Case(name, f"cross_entropy (log-softmax + NLL, mean) label_smoothing {smoothing}")
+    about = "mean" if reduction == "mean" else "summed over the batch"
+    cs = Case(name, f"cross_entropy (log-softmax + NLL, {about}) label_smoothing {smoothing}")
     cs.put("smoothing", smoothing)
     cs.put("logits", logits)
     cs.put("labels", labels, "i32")
@@ -214,23 +216,6 @@ def gate_case():
     cs = Case("channel_gate", "x[2,3,4,5] (NHWC) * gate[2,5] broadcast over H and W")
     for nm, t in [("x", x_ours), ("g", g), ("gout", gout), ("out", y), ("gx", x_ours.grad), ("gg", g.grad)]:
         cs.put(nm, t)
-    return cs
-
-
-def ce_sum_case(name, smoothing):
-    # airbench's loss: summed over the batch, not averaged.
-    logits = leaf(rand(6, 5, lo=-3.0, hi=3.0))
-    labels = torch.tensor([rng.randrange(5) for _ in range(6)], dtype=torch.int64)
-    loss = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction="sum")
-    gout = rand(1)
-    (loss * gout[0]).backward()
-    cs = Case(name, f"cross_entropy (log-softmax + NLL, summed over the batch) label_smoothing {smoothing}")
-    cs.put("smoothing", smoothing)
-    cs.put("logits", logits)
-    cs.put("labels", labels, "i32")
-    cs.put("gout", gout)
-    cs.put("loss", loss.detach().reshape(1))
-    cs.put("glogits", logits.grad)
     return cs
 
 
@@ -319,7 +304,7 @@ def main():
         unary_case("silu", F.silu, "SiLU x * sigmoid(x) on [3,4,5] in [-8, 8]"),
         unary_case("sigmoid", torch.sigmoid, "sigmoid on [3,4,5] in [-8, 8]"),
         gate_case(),
-        ce_sum_case("cross_entropy_sum_ls0.2", 0.2),
+        ce_case("cross_entropy_sum_ls0.2", 0.2, "sum"),
         eigh_case(),
         whitening_case(),
     ]
