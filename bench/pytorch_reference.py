@@ -547,11 +547,12 @@ def run(a):
 
     steps_per_epoch = (n_train + a.batch_size - 1) // a.batch_size
     total_steps = min(a.max_steps, steps_per_epoch * a.epochs) if a.max_steps else steps_per_epoch * a.epochs
+    schedule_steps = steps_per_epoch * a.epochs  # the trainer's schedules span --epochs, whatever --max-steps
 
     def lr_at(step):  # the trainer's formula: linear warm-up, then linear decay
         if a.lr_schedule == "constant":
             return a.lr
-        t = step / max(1, total_steps)
+        t = step / max(1, schedule_steps)
         return a.lr * t / a.warmup if t < a.warmup else a.lr * max(0.0, (1 - t) / (1 - a.warmup))
 
     def sync():

@@ -103,7 +103,6 @@ void Parameter::set_trainable(bool on) {
   value.set_requires_grad(on);
   // The master takes the gradient itself only when it is the value (no compute copy).
   master.set_requires_grad(on && value.same_storage(master));
-  if (!on && value.grad().defined()) value.set_grad(Tensor());
 }
 
 void Module::add_module(const std::string& name, std::shared_ptr<Module> m) {

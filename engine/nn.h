@@ -22,10 +22,10 @@ struct Parameter {
   Tensor master;
   Tensor value;
   bool follows_compute_dtype = true;  // false for batch-norm parameters: they stay FP32
-  // A frozen parameter (PyTorch's requires_grad = False) gets no gradient, so no optimizer
-  // step, weight decay or momentum moves it; it may be thawed again later (a layer trained
-  // for the first epochs only). Freezing drops the kept gradient, as zero_grad(set_to_none)
-  // does: a zeroed one would still be stepped.
+  // A frozen parameter (PyTorch's requires_grad = False) gets no new gradient and no optimizer
+  // steps it (Optimizer::stepped_parameters), so no weight decay or momentum moves it; it may
+  // be thawed again later (a layer trained for the first epochs only). A gradient it kept stays
+  // allocated (a data-parallel reducer's bucket view must), zeroed by zero_grad, unused.
   bool trainable = true;
   void set_trainable(bool on);
   Tensor grad() const { return value.grad(); }

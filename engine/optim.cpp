@@ -176,11 +176,11 @@ bool Optimizer::last_step_skipped() const {
   return last_skipped_;
 }
 
-// The parameters a step updates: those with a gradient (one the forward pass used).
+// The parameters a step updates: the trainable ones with a gradient (one the forward pass used).
 std::vector<size_t> Optimizer::stepped_parameters() const {
   std::vector<size_t> out;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i]->grad().defined()) {
+    if (params_[i]->trainable && params_[i]->grad().defined()) {
       // The fused steps index gradient, master and state alike: a mismatched gradient would
       // write past the master's buffers.
       ENGINE_CHECK(params_[i]->grad().numel() == params_[i]->master.numel(),

@@ -67,7 +67,7 @@ class Optimizer {
   const kernels::GroupOptions& group_options(size_t i) const { return options_[i]; }
   int64_t steps() const;  // applied (not skipped) steps; on CUDA read from the device
   const std::vector<ParamPtr>& params() const { return params_; }
-  // Indices of the parameters a step updates now: those holding a gradient.
+  // Indices of the parameters a step updates now: the trainable ones holding a gradient.
   std::vector<size_t> stepped_parameters() const;
   // Checkpoint support: the step count and every state tensor ("optim/<i>/<what>").
   virtual void save_state(StateDict& out) const;

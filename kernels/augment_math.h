@@ -4,6 +4,7 @@
 // resumed run replays the same ones; and where each output pixel reads its source pixel.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/philox.h"
@@ -78,5 +79,9 @@ ENGINE_HD bool augment_source(const AugmentDraw& d, const AugmentConfig& cfg, in
   *sx = padded_source((d.flip ? w - 1 - x : x) + d.dx - cfg.pad, w, cfg.reflect);
   return *sy >= 0 && *sx >= 0;
 }
+
+// out = pixel * scale + shift as one fused multiply-add on both devices (nvcc would fuse it
+// anyway, the CPU compiler only where it chose to), so both batch kernels agree to the bit.
+ENGINE_HD float normalise_pixel(float pixel, float scale, float shift) { return fmaf(pixel, scale, shift); }
 
 }  // namespace kernels

@@ -232,6 +232,7 @@ int run(const Options& o) {
   engine::AutocastScope autocast(dtype);
   const kernels::AugmentConfig norm = models::input_normalisation(l.model_name);  // the trainer's, no augmentation
   const std::vector<models::TtaView> tta_views = models::tta_views(norm);
+  if (o.tta && l.int8) throw models::UsageError("--tta is for fp32, fp16 and bf16 inference; " + o.weights + " is an INT8 file");
   int64_t labelled = 0, correct = 0;
   const int64_t n = static_cast<int64_t>(files.size());
   for (int64_t begin = 0; begin < n; begin += o.batch_size) {

@@ -285,7 +285,9 @@ Training make_training(const Config& cfg, int classes, engine::Device device, DT
       if (shown == name) found = p;
       if (p->trainable) valid += (valid.empty() ? "" : ", ") + shown;
     }
-    if (!found) usage_error("--freeze-after: " + cfg.model + " has no parameter '" + name + "' (its trainable ones: " + valid + ")");
+    if (!found || !found->trainable)
+      usage_error("--freeze-after: " + cfg.model + (found ? "'s parameter '" + name + "' is frozen already" : " has no parameter '" + name + "'") +
+                  " (its trainable ones: " + valid + ")");
     t.freeze_after.emplace_back(found, epochs);
   }
   engine::LossScalerConfig scfg;
@@ -305,6 +307,9 @@ void resume(const Config& cfg, Training& t) {
     ENGINE_CHECK(ck.get("optimizer") == cfg.optimizer,
                  "checkpoint " << cfg.resume << " was trained with " << ck.get("optimizer") << ", not " << cfg.optimizer);
     t.opt->load_state(ck);
+    const bool saved_ema = ck.meta.count("ema") && ck.get("ema") == "1";
+    ENGINE_CHECK(saved_ema == cfg.ema, "checkpoint " << cfg.resume << " was trained " << (saved_ema ? "with" : "without")
+                                                     << " --ema; resume it " << (saved_ema ? "with" : "without") << " --ema");
     if (t.average) t.average->load_state(ck);
     t.scaler->load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
                           ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
@@ -346,6 +351,7 @@ void save(const Config& cfg, const Training& t, const std::vector<std::string>& 
   ck.meta["seed"] = std::to_string(cfg.seed);
   ck.set_int("batch_size", cfg.batch_size);
   ck.set_int("accumulate", cfg.accumulate);
+  ck.meta["ema"] = t.average ? "1" : "0";
   ck.meta["classes"] = models::join_class_names(class_names);
   engine::save_checkpoint(path, ck);
   engine::dist::barrier("checkpoint written by rank 0");
@@ -544,8 +550,8 @@ EpochResult train_epoch(const Config& cfg, Training& t, const Data& data, int64_
     const int64_t step_begin = first * cfg.batch_size;
     const int64_t step_images = std::min(last * cfg.batch_size, train.size()) - step_begin;
     t.opt->lr = lr_at(cfg, t.step, schedule_steps);
-    // --freeze-after: trainable for the first ceil(E x steps per epoch) steps (freezing drops
-    // the gradient, so the optimizer leaves the parameter alone from here on).
+    // --freeze-after: trainable for the first ceil(E x steps per epoch) steps (frozen, the
+    // optimizer leaves the parameter alone from here on).
     for (auto& [p, epochs] : t.freeze_after) {
       const bool on = t.step < static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
       if (p->trainable != on) p->set_trainable(on);
@@ -762,25 +768,38 @@ int run(const Config& cfg) {
 
   // Rank 0 first: it may decode the image folders into the cache the others then read.
   if (world.rank != 0) dist::barrier("rank 0 loading the data set", 12.0);
-  std::unique_ptr<Training> made;
   double setup_seconds = 0;  // the whitening layer's, counted in the recipe's time to the result
   const kernels::AugmentConfig norm = models::input_normalisation(cfg.model);
-  const Data data = load_data(cfg, device, [&](const data::Dataset& train, int classes) {
-    made = std::make_unique<Training>(make_training(cfg, classes, device, compute));
-    // airbench94's first layer from the data (a resumed or imported run has its weights).
-    if (cfg.model == "airbench94" && cfg.resume.empty() && cfg.init_from.empty()) {
-      const auto w0 = std::chrono::steady_clock::now();
-      engine::Conv2d* whiten = nullptr;
-      for (auto& [path, m] : made->model->named_modules())
-        if (path == "0") whiten = dynamic_cast<engine::Conv2d*>(m);
-      ENGINE_CHECK(whiten, "airbench94: its first layer is not the whitening convolution");
-      models::init_whitening(*whiten, train, std::min<int64_t>(cfg.whiten_images, train.size()), cfg.seed, norm);
-      setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  // airbench94's first layer is computed from training images (a resumed or imported run has
+  // its weights): the sample is drawn here, while the host copy of the set is at hand.
+  const bool whiten = cfg.model == "airbench94" && cfg.resume.empty() && cfg.init_from.empty();
+  data::Dataset whiten_sample;
+  int classes = 0;
+  const Data data = load_data(cfg, device, [&](const data::Dataset& train, int n_classes) {
+    classes = n_classes;
+    if (!whiten) return;
+    const auto w0 = std::chrono::steady_clock::now();
+    for (int64_t i : models::whitening_sample(train.size(), std::min<int64_t>(cfg.whiten_images, train.size()), cfg.seed)) {
+      whiten_sample.images.insert(whiten_sample.images.end(), train.image(i), train.image(i) + data::Dataset::kImageBytes);
+      whiten_sample.labels.push_back(train.labels[static_cast<size_t>(i)]);
     }
+    setup_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   });
   if (world.rank == 0) dist::barrier("rank 0 loading the data set", 12.0);
-  Training& t = *made;
-  if (cfg.ema) t.average = std::make_unique<engine::WeightAverage>(*t.model);
+  // After the barrier, so a usage error found here (a layer name) ends every rank alike.
+  Training t = make_training(cfg, classes, device, compute);
+  if (whiten) {
+    const auto w0 = std::chrono::steady_clock::now();
+    engine::Conv2d* first = nullptr;
+    for (auto& [path, m] : t.model->named_modules())
+      if (path == "0") first = dynamic_cast<engine::Conv2d*>(m);
+    ENGINE_CHECK(first, "airbench94: its first layer is not the whitening convolution");
+    models::init_whitening(*first, whiten_sample, whiten_sample.size(), cfg.seed, norm);
+    setup_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  }
+  // The weight average starts from the weights the run starts from: a resumed run loads it
+  // (below), a new one takes the model's after an import and rank 0's broadcast.
+  if (cfg.ema && !cfg.resume.empty()) t.average = std::make_unique<engine::WeightAverage>(*t.model);
   if (!cfg.resume.empty()) resume(cfg, t);
   if (!cfg.init_from.empty()) {
     const auto meta = models::import_safetensors(cfg.init_from, *t.model, cfg.model);
@@ -795,6 +814,7 @@ int run(const Config& cfg) {
     dist::broadcast_module(*t.model);  // DDP's start: rank 0's weights everywhere, verified
     t.reducer = std::make_unique<dist::GradReducer>(t.model->parameters());
   }
+  if (cfg.ema && !t.average) t.average = std::make_unique<engine::WeightAverage>(*t.model);
   // A last batch smaller than the number of ranks would leave a rank without images: dropped.
   const int64_t steps_per_epoch =
       (micro_batches_per_epoch(data.train.size(), cfg.batch_size, world.size, cfg.drop_last) + cfg.accumulate - 1) /

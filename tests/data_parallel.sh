@@ -65,6 +65,17 @@ took=$(( $(date +%s) - start ))
 grep -q "error: rank 0 of 2: collective '.*' timed out after 5 s" stuck.err || { cat stuck.err; fail "no timeout error naming rank 0"; }
 echo "stopped rank: exit $rc after $took s: $(grep 'error: rank' stuck.err)"
 
+echo "== the airbench94 recipe on 2 ranks: frozen parameters, one frozen mid-run, the summed loss"
+# Frozen parameters hold bucket views of the reducer's; the whitening bias freezes at step 5.
+# (A freeze that dropped the gradient made the reducer throw here.)
+if "$MPIRUN" --oversubscribe -np 2 "$TRAINER" --recipe airbench94 --device cpu --synthetic --synthetic-size 600 \
+     --batch-size 64 --epochs 1.5 --precision bf16 --freeze-after 0.bias=0.5 --ema-every 2 --whiten-images 100 \
+     --threads 1 --log-every 1000 > airbench.log 2>&1 && grep -q "^TTA accuracy" airbench.log; then
+  echo "ok: airbench94 on 2 ranks: $(grep '^TTA accuracy' airbench.log)"
+else
+  cat airbench.log; fail "airbench94 on 2 ranks"
+fi
+
 echo "== flags"
 set +e
 run2 --synthetic --batch-size 63 > odd.log 2> odd.err

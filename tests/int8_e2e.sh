@@ -67,6 +67,7 @@ expect 2 "apply to --precision int8 only" -- "$build/predict" --weights fp32.saf
 expect 2 "is an INT8 model: it runs with --precision int8" -- "$build/predict" --weights int8.safetensors --precision fp16 "$img"
 expect 2 "is already calibrated" -- "$build/predict" --weights int8.safetensors --precision int8 --calibrate 9 "$img"
 expect 2 "INT8 inference runs on the CPU only" -- "$build/predict" --weights int8.safetensors --device cuda "$img"
+expect 2 "--tta is for fp32, fp16 and bf16 inference; int8.safetensors is an INT8 file" -- "$build/predict" --weights int8.safetensors --tta "$img"
 expect 2 "apply to --export-dtype int8 only" -- "$trainer" --resume ck.bin --export x.safetensors --calibrate 9
 expect 2 "--calibration-method must be one of" -- "$trainer" --resume ck.bin --export x.safetensors --export-dtype int8 --calibration-method kl
 head -c 3000 int8.safetensors >truncated.safetensors

@@ -1,6 +1,7 @@
 // The batch builder (engine::make_batch, kernels/augment_math.h) against plain loops written
 // independently here: zero and reflection padding, random crops, random and alternating flips,
 // fixed views (test-time augmentation), normalisation; and the draws' own properties.
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -51,7 +52,7 @@ std::vector<float> reference_view(int64_t i, const AugmentDraw& d, const Augment
       const int sy = rows[static_cast<size_t>(y + d.dy)], sx = cols[static_cast<size_t>(cx + d.dx)];
       for (int c = 0; c < kC; ++c) {
         const float p = sy < 0 || sx < 0 ? 0.0f : static_cast<float>(pixel_value(i, sy, sx, c));
-        out.push_back(p * cfg.scale[c] + cfg.shift[c]);
+        out.push_back(std::fma(p, cfg.scale[c], cfg.shift[c]));  // one rounding, as the kernels
       }
     }
   return out;

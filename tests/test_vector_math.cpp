@@ -80,6 +80,10 @@ TEST_CASE("vector math: the normal CDF and GELU within a few ulps, relatively in
   CHECK(kc::gelu_fwd_vec(0.0f) == 0.0f);
   CHECK(kc::gelu_fwd_vec(30.0f) == 30.0f);
   CHECK(kc::gelu_fwd_vec(-30.0f) == 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(kc::normal_cdf_vec(inf) == 1.0f);
+  CHECK(kc::normal_cdf_vec(-inf) == 0.0f);
+  CHECK(kc::gelu_fwd_vec(inf) == inf);  // as libm's form; -inf x 0 stays NaN there too
   CHECK(std::isnan(kc::gelu_fwd_vec(std::nanf(""))));  // anomaly mode sees a NaN pass through
   CHECK(std::isnan(kc::gelu_bwd_vec(std::nanf(""), 1.0f)));
   CHECK(std::isnan(kc::gelu_bwd_vec(1.0f, std::nanf(""))));

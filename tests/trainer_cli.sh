@@ -197,15 +197,19 @@ ab=(--recipe airbench94 --device cpu --synthetic --synthetic-size 600 --batch-si
     --freeze-after 0.bias=0.5 --ema-every 2 --whiten-images 100 --seed 5 --log-every 1000 --threads 2)
 out=$("$trainer" "${ab[@]}" --checkpoint "$work/ab_straight.ckpt" --log "$work/ab.jsonl" 2>&1); rc=$?
 if [ "$rc" = 0 ] && grep -q "^TTA accuracy [0-9.]*% in [0-9.]* s (whitening" <<<"$out" &&
-   grep -q "train 600 images, test 120 images, batch 1024\|batch 64, 9 steps per epoch, optimizer sgd" <<<"$out" &&
+   grep -q "batch 64, 9 steps per epoch, optimizer sgd" <<<"$out" &&
    grep -q '"event":"tta"' "$work/ab.jsonl"; then
   pass "--recipe airbench94: trains, says TTA accuracy and time, logs it"
 else fail "--recipe airbench94: exit $rc: $(tail -5 <<<"$out")"; fi
-"$trainer" "${ab[@]}" --max-steps 4 --checkpoint "$work/ab_part.ckpt" >/dev/null 2>&1 || fail "airbench94 first part"
+"$trainer" "${ab[@]}" --max-steps 5 --checkpoint "$work/ab_part.ckpt" >/dev/null 2>&1 || fail "airbench94 first part"
 "$trainer" "${ab[@]}" --resume "$work/ab_part.ckpt" --checkpoint "$work/ab_resumed.ckpt" >/dev/null 2>&1 ||
   fail "airbench94 resumed part"
 if cmp -s "$work/ab_straight.ckpt" "$work/ab_resumed.ckpt"; then pass "--recipe airbench94 resume is bit-identical"
 else fail "--recipe airbench94: the resumed checkpoint differs"; fi
+# A checkpoint with the average resumed by a run without it (the classic recipe) is refused.
+expect 1 "was trained with --ema; resume it with --ema" -- --model airbench94 --device cpu --synthetic \
+  --synthetic-size 600 --batch-size 64 --optimizer sgd --resume "$work/ab_part.ckpt"
+expect 2 "--freeze-after: airbench94's parameter '0.weight' is frozen already" -- "${ab[@]}" --freeze-after 0.weight=1 --max-steps 1
 # Each flag overrides the recipe's value wherever it stands.
 out=$("$trainer" --momentum 0.5 "${ab[@]}" --max-steps 1 --lr 0.25 2>&1)
 if grep -q "optimizer sgd lr 0.25" <<<"$out"; then pass "a flag overrides the recipe's value"

@@ -30,7 +30,7 @@ void make_batch(const uint8_t* images, const int32_t* labels, const int32_t* ind
         const bool inside = augment_source(d, cfg, h, w, y, x, &sy, &sx);
         for (int ch = 0; ch < c; ++ch) {
           const float pixel = inside ? static_cast<float>(src[(sy * w + sx) * c + ch]) : 0.0f;  // zero padding
-          dst[(y * w + x) * c + ch] = convert<T>(pixel * cfg.scale[ch] + cfg.shift[ch]);
+          dst[(y * w + x) * c + ch] = convert<T>(normalise_pixel(pixel, cfg.scale[ch], cfg.shift[ch]));
         }
       }
     }

@@ -53,9 +53,10 @@ inline void minus_half_square(float x, float* hi, float* lo) {
   b &= 0xFFFFF000u;
   float xh;
   std::memcpy(&xh, &b, sizeof xh);
-  const float xl = x - xh;
+  const bool finite = x - x == 0.0f;  // +-inf (and NaN) have no low part: -inf in hi alone
+  const float xl = finite ? x - xh : 0.0f;
   *hi = -0.5f * (xh * xh);
-  *lo = -(xh * xl + 0.5f * (xl * xl));
+  *lo = finite ? -(xh * xl + 0.5f * (xl * xl)) : 0.0f;
 }
 
 // The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, from the Chebyshev fit to erfc of

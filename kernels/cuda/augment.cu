@@ -32,7 +32,7 @@ __global__ void make_batch_kernel(const uint8_t* images, const int32_t* labels, 
     const bool inside = augment_source(d, cfg, h, w, y, x, &sy, &sx);  // crop, then flip the crop
     const float pixel = inside ? static_cast<float>(images[img * per_image + (static_cast<int64_t>(sy) * w + sx) * c + ch])
                                : 0.0f;
-    out[i] = convert<T>(pixel * cfg.scale[ch] + cfg.shift[ch]);
+    out[i] = convert<T>(normalise_pixel(pixel, cfg.scale[ch], cfg.shift[ch]));
   }
 }
 
