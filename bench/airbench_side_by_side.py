@@ -224,6 +224,22 @@ def train_twin(a, precision, seed, splits):
             "skipped": None}
 
 
+def cpu_model():
+    """The CPU's model name and its matrix units, for the record: times compare within one CPU only."""
+    name, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and name == "unknown":
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    units = [u for u in ("amx_bf16", "avx512_bf16", "avx512_fp16") if u in flags]
+    return name + (" (" + ", ".join(units) + ")" if units else "")
+
+
 def commit_of(build):
     """The commit the trainer was built at: <build>/COMMIT when a sweep runs a copied binary,
     else the checkout's HEAD."""
@@ -267,9 +283,13 @@ def table(rows):
             mo, mt = statistics.mean(r["tta_accuracy"] for r in o), statistics.mean(r["tta_accuracy"] for r in t)
             so, st = (statistics.stdev([r["tta_accuracy"] for r in x]) if len(x) > 1 else float("nan") for x in (o, t))
             se = math.sqrt(so ** 2 / len(o) + st ** 2 / len(t))
-            ratio = statistics.median(r["seconds"] for r in t) / statistics.median(r["seconds"] for r in o)
-            print(f"{prec}: ours - twin = {mo - mt:+.2f} points (3 standard errors {3 * se:.2f}); "
-                  f"time to the result: twin / ours = {ratio:.2f}x")
+            print(f"{prec}: ours - twin = {mo - mt:+.2f} points (3 standard errors {3 * se:.2f})")
+            # Times only within one CPU (a sweep may span sessions on different machines).
+            for cpu in sorted({r.get("cpu", "unknown") for r in o} & {r.get("cpu", "unknown") for r in t}):
+                so_ = [r["seconds"] for r in o if r.get("cpu", "unknown") == cpu]
+                st_ = [r["seconds"] for r in t if r.get("cpu", "unknown") == cpu]
+                print(f"    time to the result on {cpu}: twin / ours = "
+                      f"{statistics.median(st_) / statistics.median(so_):.2f}x ({len(so_)} and {len(st_)} runs)")
 
 
 def main():
@@ -317,7 +337,8 @@ def main():
                         splits = pytorch_reference.load_engine_cache(engine_cache(a))
                     r = train_twin(a, prec, seed, splits)
                 r.update({"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
-                          "channels_last": k[4], "threads": a.threads, "commit": commit_of(a.build)})
+                          "channels_last": k[4], "threads": a.threads, "commit": commit_of(a.build),
+                          "cpu": cpu_model()})
                 with open(a.results, "a") as f:
                     f.write(json.dumps(r) + "\n")
                 print(f"    TTA {r['tta_accuracy']:.2f}% (no TTA {r['accuracy']:.2f}%) in {r['seconds']:.0f} s", flush=True)

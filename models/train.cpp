@@ -226,6 +226,7 @@ Data load_data(const Config& cfg, engine::Device device,
     splits = data::load_cifar10(root, cfg.cache, true);
   }
   if (cfg.subset > 0) splits.train = data::subset(splits.train, cfg.subset);
+  if (cfg.test_subset > 0) splits.test = data::subset(splits.test, cfg.test_subset);
   ENGINE_CHECK(splits.train.size() > 0, "the training set is empty");
   if (with_train) with_train(splits.train, static_cast<int>(class_names.size()));
   return {upload(splits.train, device), upload(splits.test, device), class_names, splits.source};

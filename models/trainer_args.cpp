@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace models {
@@ -20,21 +21,29 @@ namespace {
 // 0.0153 x 1024 / 11.5 = 1.362 at that lr; batch-norm biases learn 64x faster with decay
 // 1.362 / 64 = 0.0213 (the same decay per step). 50,000 / 1,024 = 48 whole batches an epoch
 // (the rest dropped), ceil(48 x 9.9) = 476 steps.
+constexpr double kAirbenchMomentum = 0.85, kAirbenchLrPer1024 = 11.5, kAirbenchDecayPer1024 = 0.0153,
+                 kAirbenchNormLrScale = 64;
+
+// airbench94's decay at SGD's lr grows with the batch (the loss is summed, so the lr per step
+// is fixed while each step decays once for the whole batch): 0.0153 x batch / 11.5.
+double airbench_weight_decay(int64_t batch_size) {
+  return kAirbenchDecayPer1024 * static_cast<double>(batch_size) / kAirbenchLrPer1024;
+}
+
 void apply_recipe(TrainerConfig& c, const std::string& name) {
   if (name != "airbench94") usage_error("--recipe must be airbench94, got '" + name + "'");
-  constexpr double kMomentum = 0.85, kLrPer1024 = 11.5, kDecayPer1024 = 0.0153, kNormLrScale = 64;
   c.recipe = name;
   c.model = "airbench94";
   c.optimizer = "sgd";
-  c.momentum = kMomentum;
+  c.momentum = kAirbenchMomentum;
   c.nesterov = true;
   c.batch_size = 1024;
   c.epochs = 9.9;
   c.drop_last = true;
-  c.lr = kLrPer1024 / (1024 * (1 + 1 / (1 - kMomentum)));
-  c.weight_decay = kDecayPer1024 * 1024 / kLrPer1024;
-  c.norm_lr_scale = kNormLrScale;
-  c.norm_weight_decay = c.weight_decay / kNormLrScale;
+  c.lr = kAirbenchLrPer1024 / (1024 * (1 + 1 / (1 - kAirbenchMomentum)));
+  c.weight_decay = airbench_weight_decay(c.batch_size);
+  c.norm_lr_scale = kAirbenchNormLrScale;
+  c.norm_weight_decay = c.weight_decay / kAirbenchNormLrScale;
   c.label_smoothing = 0.2;
   c.loss_reduction = "sum";
   c.lr_schedule = "triangle";  // 0.2 at the start, 1 at 23% of the steps, 0.07 at the end
@@ -73,7 +82,10 @@ Recipes (each sets the flags below to its values; a flag given as well overrides
                           1.362 (batch-norm biases x64 and 0.0213), triangle schedule 0.2 ->
                           1 at 23% -> 0.07, reflect-pad 2 crops, alternating flips, --ema,
                           --tta, the whitening bias frozen after 3 epochs; prints
-                          "TTA accuracy XX.XX% in N s"
+                          "TTA accuracy XX.XX% in N s". With another --batch-size the
+                          decays follow it (0.0153 x batch / 11.5) unless given; the lr
+                          per step stays (the loss is summed). --no-ema, --no-tta turn
+                          those off
 Model and precision:
   --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0 |
                           airbench94                                 [simplecnn]
@@ -84,6 +96,7 @@ Data:
                           [data/cifar10 in the source tree; synthetic data when absent]
   --cache DIR             where decoded image folders are cached     [cache]
   --subset N              train on the first N images (class-balanced) [all]
+  --test-subset N         evaluate on the first N test images (class-balanced) [all]
   --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
   --synthetic-size N      training images of the synthetic stand-in  [10000]
   --augment               random crops and horizontal flips          [off]
@@ -119,7 +132,7 @@ Optimisation:
   --ema                   a weight average (lookahead): every --ema-every steps the weights
                           and batch-norm statistics become avg = d avg + (1 - d) w with
                           d = rate^every x (step / total)^3; at the end the weights are the
-                          average                                    [off]
+                          average                                    [off; --no-ema]
   --ema-every N           [5]           --ema-rate X          [0.95]
   --clip-grad-norm X      clip the unscaled gradients to this global L2 norm [off]
 Loss scaling (fp16):
@@ -151,7 +164,7 @@ Runs:
   --tta                   the final evaluation with test-time augmentation: the logits are
                           0.5 x the mean over the image and its mirror + 0.5 x the mean over
                           two translated views (reflect-pad 1, crops at (0,0) and (2,2)),
-                          each mirror-averaged
+                          each mirror-averaged                       [off; --no-tta]
   --whiten-images N       airbench94: the whitening layer from N training images [5000]
   --log FILE              metrics as JSON lines
   --log-every N           progress line every N steps                [100]
@@ -261,6 +274,7 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   valued["--init-from"] = [&](const std::string& v) { c.init_from = v; };
   valued["--log"] = [&](const std::string& v) { c.log = v; };
   valued["--subset"] = [&](const std::string& v) { c.subset = to_int("--subset", v, 1); };
+  valued["--test-subset"] = [&](const std::string& v) { c.test_subset = to_int("--test-subset", v, 1); };
   valued["--max-steps"] = [&](const std::string& v) { c.max_steps = to_int("--max-steps", v, 1); };
   valued["--synthetic-size"] = [&](const std::string& v) { c.synthetic_size = to_int("--synthetic-size", v, 10); };
   valued["--threads"] = [&](const std::string& v) { c.threads = static_cast<int>(parse_int("--threads", v, 1, kMaxThreads)); };
@@ -281,6 +295,7 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
     if (arg.rfind("--recipe=", 0) == 0) apply_recipe(c, arg.substr(9));
     if (arg == "--help" || arg == "-h" || arg == "--version") break;
   }
+  std::set<std::string> given;  // the flags on the command line, for a recipe's derived values
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
     const size_t eq = arg.find('=');
@@ -300,11 +315,11 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       c.detect_anomaly = inline_value ? "strict" : "on";
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
                arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn" || arg == "--drop-last" ||
-               arg == "--ema" || arg == "--tta") {
+               arg == "--ema" || arg == "--tta" || arg == "--no-ema" || arg == "--no-tta") {
       if (inline_value) usage_error(arg + " takes no value");
       if (arg == "--drop-last") c.drop_last = true;
-      if (arg == "--ema") c.ema = true;
-      if (arg == "--tta") c.tta = true;
+      if (arg == "--ema" || arg == "--no-ema") c.ema = arg == "--ema";
+      if (arg == "--tta" || arg == "--no-tta") c.tta = arg == "--tta";
       if (arg == "--nesterov") c.nesterov = true;
       if (arg == "--augment") c.augment = true;
       if (arg == "--no-augment") c.augment = false;
@@ -318,9 +333,14 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
         value = argv[++i];
       }
       valued[arg](value);
+      given.insert(arg);
     } else {
       usage_error("unknown option '" + arg + "'");
     }
+  }
+  if (c.recipe == "airbench94") {  // the values it derives from flags given after it
+    if (!given.count("--weight-decay")) c.weight_decay = airbench_weight_decay(c.batch_size);
+    if (!given.count("--norm-weight-decay")) c.norm_weight_decay = c.weight_decay / c.norm_lr_scale;
   }
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
   if (c.checkpoint_every > 0 && c.checkpoint.empty()) usage_error("--checkpoint-every needs --checkpoint FILE");

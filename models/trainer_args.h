@@ -60,6 +60,7 @@ struct TrainerConfig {
   std::string init_from;            // starting weights from a safetensors file
   bool eval_only = false;
   int64_t subset = 0;               // 0: the whole training set
+  int64_t test_subset = 0;          // 0: the whole test set
   int64_t max_steps = 0;            // 0: run all epochs
   bool synthetic = false;           // force the synthetic stand-in
   int64_t synthetic_size = 10000;

@@ -20,6 +20,7 @@
 #include "engine/tape.h"
 #include "models/models.h"
 #include "models/train_step.h"
+#include "models/trainer_args.h"
 #include "models/tta.h"
 #include "models/whitening.h"
 
@@ -373,4 +374,32 @@ TEST_CASE("airbench94: its layers, frozen whitening weights, Dirac convs, 1x1 ou
   CHECK((*net)(x).shape() == engine::Shape{2, 10});
   CHECK(models::input_normalisation("airbench94").scale[0] == Approx(1.0 / (255 * 0.2470)));
   CHECK(models::input_normalisation("simplecnn").scale[0] == Approx(2.0 / 255));
+}
+
+TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench derives them; --no-ema, --no-tta", "[airbench][cli]") {
+  auto parse = [](std::vector<const char*> args) {
+    args.insert(args.begin(), "trainer");
+    return models::parse_trainer_args(static_cast<int>(args.size()), args.data());
+  };
+  // airbench: decay at SGD's lr = 0.0153 x batch / 11.5; batch-norm shifts / 64.
+  const models::TrainerConfig full = parse({"--recipe", "airbench94"});
+  CHECK(full.batch_size == 1024);
+  CHECK(full.weight_decay == Approx(1.36236522));
+  CHECK(full.norm_weight_decay == Approx(1.36236522 / 64));
+  CHECK(full.lr == Approx(1.46484375e-3));
+  CHECK((full.ema && full.tta));
+  const models::TrainerConfig quarter = parse({"--batch-size", "256", "--recipe", "airbench94"});
+  CHECK(quarter.weight_decay == Approx(0.34059130));
+  CHECK(quarter.norm_weight_decay == Approx(0.34059130 / 64));
+  CHECK(quarter.lr == full.lr);  // the loss is summed: the lr per step does not move
+  const models::TrainerConfig given = parse({"--recipe", "airbench94", "--batch-size", "256", "--weight-decay", "0.5"});
+  CHECK(given.weight_decay == 0.5);
+  CHECK(given.norm_weight_decay == Approx(0.5 / 64));  // the same decay per step for the shifts
+  const models::TrainerConfig both =
+      parse({"--recipe", "airbench94", "--norm-weight-decay", "0.125", "--norm-lr-scale", "8", "--no-ema", "--no-tta"});
+  CHECK(both.norm_weight_decay == 0.125);
+  CHECK(both.norm_lr_scale == 8);
+  CHECK_FALSE(both.ema);
+  CHECK_FALSE(both.tta);
+  CHECK(parse({"--recipe", "airbench94", "--norm-lr-scale", "8"}).norm_weight_decay == Approx(1.36236522 / 8));
 }
