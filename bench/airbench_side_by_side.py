@@ -285,9 +285,12 @@ def table(rows):
             se = math.sqrt(so ** 2 / len(o) + st ** 2 / len(t))
             print(f"{prec}: ours - twin = {mo - mt:+.2f} points (3 standard errors {3 * se:.2f})")
             # Times only within one CPU (a sweep may span sessions on different machines).
-            for cpu in sorted({r.get("cpu", "unknown") for r in o} & {r.get("cpu", "unknown") for r in t}):
-                so_ = [r["seconds"] for r in o if r.get("cpu", "unknown") == cpu]
-                st_ = [r["seconds"] for r in t if r.get("cpu", "unknown") == cpu]
+            common = sorted(({r.get("cpu") for r in o} & {r.get("cpu") for r in t}) - {None})
+            if not common:
+                print("    time to the result: no CPU ran both (rows without a CPU are not compared)")
+            for cpu in common:
+                so_ = [r["seconds"] for r in o if r.get("cpu") == cpu]
+                st_ = [r["seconds"] for r in t if r.get("cpu") == cpu]
                 print(f"    time to the result on {cpu}: twin / ours = "
                       f"{statistics.median(st_) / statistics.median(so_):.2f}x ({len(so_)} and {len(st_)} runs)")
 

@@ -82,9 +82,10 @@ Recipes (each sets the flags below to its values; a flag given as well overrides
                           1.362 (batch-norm biases x64 and 0.0213), triangle schedule 0.2 ->
                           1 at 23% -> 0.07, reflect-pad 2 crops, alternating flips, --ema,
                           --tta, the whitening bias frozen after 3 epochs; prints
-                          "TTA accuracy XX.XX% in N s". With another --batch-size the
-                          decays follow it (0.0153 x batch / 11.5) unless given; the lr
-                          per step stays (the loss is summed). --no-ema, --no-tta turn
+                          "TTA accuracy XX.XX% in N s". With another effective batch
+                          (--batch-size x --accumulate) the decays follow it (0.0153 x
+                          batch / 11.5) unless given; nothing else is re-derived (the lr
+                          per step stays: the loss is summed). --no-ema, --no-tta turn
                           those off
 Model and precision:
   --model NAME            simplecnn | resnet9 | resnet18 | resnet50 | efficientnet_b0 |
@@ -96,7 +97,8 @@ Data:
                           [data/cifar10 in the source tree; synthetic data when absent]
   --cache DIR             where decoded image folders are cached     [cache]
   --subset N              train on the first N images (class-balanced) [all]
-  --test-subset N         evaluate on the first N test images (class-balanced) [all]
+  --test-subset N         evaluate on the first N test images (class-balanced; N above
+                          the set's size: all of it)                 [all]
   --synthetic             use the built-in synthetic data set even if CIFAR-10 is there
   --synthetic-size N      training images of the synthetic stand-in  [10000]
   --augment               random crops and horizontal flips          [off]
@@ -338,8 +340,9 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       usage_error("unknown option '" + arg + "'");
     }
   }
-  if (c.recipe == "airbench94") {  // the values it derives from flags given after it
-    if (!given.count("--weight-decay")) c.weight_decay = airbench_weight_decay(c.batch_size);
+  if (c.recipe == "airbench94") {  // the values it derives from flags given anywhere
+    // The summed loss adds each micro-batch's gradients: one step decays for all K x batch.
+    if (!given.count("--weight-decay")) c.weight_decay = airbench_weight_decay(c.batch_size * c.accumulate);
     if (!given.count("--norm-weight-decay")) c.norm_weight_decay = c.weight_decay / c.norm_lr_scale;
   }
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");

@@ -392,6 +392,8 @@ TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench der
   CHECK(quarter.weight_decay == Approx(0.34059130));
   CHECK(quarter.norm_weight_decay == Approx(0.34059130 / 64));
   CHECK(quarter.lr == full.lr);  // the loss is summed: the lr per step does not move
+  // Accumulated micro-batches sum into one step: the effective batch decides.
+  CHECK(parse({"--recipe", "airbench94", "--batch-size", "256", "--accumulate", "4"}).weight_decay == Approx(1.36236522));
   const models::TrainerConfig given = parse({"--recipe", "airbench94", "--batch-size", "256", "--weight-decay", "0.5"});
   CHECK(given.weight_decay == 0.5);
   CHECK(given.norm_weight_decay == Approx(0.5 / 64));  // the same decay per step for the shifts
