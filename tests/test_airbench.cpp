@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -377,9 +378,14 @@ TEST_CASE("airbench94: its layers, frozen whitening weights, Dirac convs, 1x1 ou
 }
 
 TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench derives them; --no-ema, --no-tta", "[airbench][cli]") {
-  auto parse = [](std::vector<const char*> args) {
-    args.insert(args.begin(), "trainer");
-    return models::parse_trainer_args(static_cast<int>(args.size()), args.data());
+  // Named arrays, not initializer-list temporaries: GCC 12's -O1 ASan build read a stale
+  // pointer from a braced list passed by value to a lambda (SIGSEGV in CI).
+  auto parse = [](const std::vector<std::string>& words) {
+    std::vector<std::string> owned = {"trainer"};
+    owned.insert(owned.end(), words.begin(), words.end());
+    std::vector<const char*> argv;
+    for (const std::string& w : owned) argv.push_back(w.c_str());
+    return models::parse_trainer_args(static_cast<int>(argv.size()), argv.data());
   };
   // airbench: decay at SGD's lr = 0.0153 x batch / 11.5; batch-norm shifts / 64.
   const models::TrainerConfig full = parse({"--recipe", "airbench94"});
