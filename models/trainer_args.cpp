@@ -41,9 +41,7 @@ void apply_recipe(TrainerConfig& c, const std::string& name) {
   c.epochs = 9.9;
   c.drop_last = true;
   c.lr = kAirbenchLrPer1024 / (1024 * (1 + 1 / (1 - kAirbenchMomentum)));
-  c.weight_decay = airbench_weight_decay(c.batch_size);
-  c.norm_lr_scale = kAirbenchNormLrScale;
-  c.norm_weight_decay = c.weight_decay / kAirbenchNormLrScale;
+  c.norm_lr_scale = kAirbenchNormLrScale;  // the decays follow the effective batch: set after parsing
   c.label_smoothing = 0.2;
   c.loss_reduction = "sum";
   c.lr_schedule = "triangle";  // 0.2 at the start, 1 at 23% of the steps, 0.07 at the end
