@@ -11,6 +11,16 @@ means, standard deviations and the gaps without running anything.
 
   python3 bench/airbench_side_by_side.py --seeds 1-5 --precisions bf16,fp32 [--systems ours,twin]
       [--build build] [--data DIR] [--threads 2] [--channels-last] [--epochs 9.9] [--table]
+      [--results docs/airbench-runs.jsonl]   (the sweep's rows so far, kept with the tree)
+
+The twin's fp16 is skipped on a CPU without AVX512-FP16, where PyTorch's CPU fp16 is about 18x
+slower than its fp32 (--twin-fp16-anyway runs it). Diagnostics of the twin, listed apart from the
+recipe's rows: --twin-weights 16bit (airbench's own dtypes: 16-bit weights and inputs, batch-norm
+in FP32, no master copy), 16bit-all (batch-norm 16-bit too) or fp16-autocast (FP16 weights and
+inputs under the precision's autocast, as airbench's code would run under CPU bf16 autocast), and
+--stop-after-epochs K (the full schedule, stopped after K epochs, the weights set to the lookahead
+average and evaluated, with the share of weights a step left bit-identical). A row given "time_shared": true by hand (its run shared the machine with other
+work) keeps its accuracy in the table and drops out of the times.
 
 The twin (train_twin) is the recipe in plain PyTorch: nn.Sequential from bench/pytorch_models.py,
 SGD with two parameter groups, a hand-written triangle schedule and lookahead, the batch built
@@ -105,8 +115,25 @@ def train_twin(a, precision, seed, splits):
     std = torch.tensor(pytorch_models.CIFAR10_STD).view(1, 3, 1, 1)
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
 
+    net = pytorch_models.airbench94().to(memory_format=fmt)
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    # --twin-weights 16bit: airbench's own dtype handling. Every module but batch-norm holds its
+    # weights in the 16-bit dtype, SGD updates them in place (no FP32 master copy), the inputs are
+    # 16-bit and the lookahead average keeps each tensor's dtype. 16bit-all: batch-norm's shift and
+    # statistics in the 16-bit dtype too (a suspect of the bf16 stall). fp16-autocast: airbench's code
+    # as it stands (FP16 weights and inputs) under the precision's autocast. Otherwise FP32 weights
+    # and autocast.
+    pure16 = a.twin_weights != "fp32" and autocast_dtype is not None
+    weight_dtype = torch.float16 if a.twin_weights == "fp16-autocast" else autocast_dtype
+    if pure16:
+        net = net.to(weight_dtype)
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d) and a.twin_weights != "16bit-all":
+                m.float()
+    input_dtype = weight_dtype if pure16 else torch.float32
+
     def normalise(u8_nchw):
-        return ((u8_nchw.float() / 255.0 - mean) / std).contiguous(memory_format=fmt)
+        return ((u8_nchw.float() / 255.0 - mean) / std).to(input_dtype).contiguous(memory_format=fmt)
 
     train_u8 = splits.train_x.permute(0, 3, 1, 2).contiguous()  # NCHW uint8; batches normalised as built
     train_y = splits.train_y
@@ -114,13 +141,12 @@ def train_twin(a, precision, seed, splits):
     n = train_u8.shape[0]
     steps_per_epoch = n // BATCH
     total = math.ceil(a.epochs * steps_per_epoch)
-    net = pytorch_models.airbench94().to(memory_format=fmt)
 
     t0 = time.perf_counter()
     # The whitening layer: the covariance of all 2x2 patches of WHITEN_IMAGES random images.
     with torch.no_grad():
         pick = torch.randperm(n, generator=gen)[:WHITEN_IMAGES]
-        x = normalise(train_u8[pick]).double()
+        x = normalise(train_u8[pick]).double()  # (via the input dtype, as the net will see it)
         patches = x.unfold(2, 2, 1).unfold(3, 2, 1)  # [b, c, 31, 31, 2, 2]
         patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(-1, 12)  # (c, row, column): OIHW's order
         cov = patches.T @ patches / patches.shape[0]
@@ -145,25 +171,30 @@ def train_twin(a, precision, seed, splits):
             return LR_START + (1 - LR_START) * step / peak
         return 1 + (LR_END - 1) * (step - peak) / max(1, total - peak)
 
-    # Lookahead: FP32 copies of every float tensor of the state (weights and BN statistics).
-    average = {k: v.detach().clone().float() for k, v in net.state_dict().items() if v.is_floating_point()}
+    # Lookahead: FP32 copies of every float tensor of the state (weights and BN statistics);
+    # in each tensor's own dtype under --twin-weights 16bit, as airbench keeps it.
+    average = {k: v.detach().clone() if pure16 else v.detach().clone().float()
+               for k, v in net.state_dict().items() if v.is_floating_point()}
 
     def lookahead(decay):
         with torch.no_grad():
             state = net.state_dict()
             for k, avg in average.items():
-                avg.lerp_(state[k].float(), 1 - decay)
+                avg.lerp_(state[k].to(avg.dtype), 1 - decay)
                 state[k].copy_(avg)
 
-    scaler = torch.amp.GradScaler("cpu", init_scale=a.twin_init_scale) if precision == "fp16" else None
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    # No scaler for 16-bit weights: airbench has none, and GradScaler refuses to unscale FP16 gradients.
+    scaler = torch.amp.GradScaler("cpu", init_scale=a.twin_init_scale) if precision == "fp16" and not pure16 else None
+    use_autocast = autocast_dtype is not None and (not pure16 or a.twin_weights == "fp16-autocast")
     flip_base = torch.rand(n, generator=gen) < 0.5
     # Reflect-padded once (as uint8: padding commutes with the per-channel normalisation).
     padded = F.pad(train_u8.float(), (2, 2, 2, 2), mode="reflect").to(torch.uint8)
     whiten_bias_steps = math.ceil(WHITEN_BIAS_EPOCHS * steps_per_epoch)
     step, train_seconds = 0, 0.0
+    unchanged = [0, 0]  # weights (not batch-norm shifts) a step left bit-identical, of all weights stepped
     net.train()
-    for epoch in range(math.ceil(a.epochs)):
+    epochs_run = math.ceil(a.epochs) if a.stop_after_epochs is None else min(math.ceil(a.epochs), a.stop_after_epochs)
+    for epoch in range(epochs_run):
         e0 = time.perf_counter()
         # Translation by -2..2 pixels per image, then the alternating flip.
         shifts = torch.randint(0, 5, (n, 2), generator=gen)
@@ -182,10 +213,11 @@ def train_twin(a, precision, seed, splits):
             net[0].bias.requires_grad_(step < whiten_bias_steps)
             for g in opt.param_groups:
                 g["lr"] = g["initial_lr"] * lr_factor(step)
-            with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            with torch.autocast("cpu", dtype=autocast_dtype, enabled=use_autocast):
                 loss = F.cross_entropy(net(normalise(images[idx])), train_y[idx], label_smoothing=LABEL_SMOOTHING,
                                        reduction="sum")
             opt.zero_grad(set_to_none=True)
+            before = [p.detach().clone() for p in others] if a.stop_after_epochs is not None else None
             if scaler:
                 scaler.scale(loss).backward()
                 scaler.step(opt)
@@ -193,18 +225,22 @@ def train_twin(a, precision, seed, splits):
             else:
                 loss.backward()
                 opt.step()
+            if before is not None:  # diagnostic: how many weights did this step leave bit-identical?
+                unchanged[0] += sum(int((p.detach() == b).sum()) for p, b in zip(others, before))
+                unchanged[1] += sum(b.numel() for b in before)
             step += 1
             if step % EMA_EVERY == 0:
                 lookahead(EMA_RATE ** EMA_EVERY * (step / total) ** 3)
-            if step == total:
-                lookahead(1.0)
+            if step == total or (a.stop_after_epochs is not None and epoch + 1 == epochs_run
+                                 and i + 1 == steps_per_epoch):
+                lookahead(1.0)  # the weights set to the average (also when a diagnostic run stops early)
         train_seconds += time.perf_counter() - e0
 
     # Test-time augmentation: 0.5 x mean(image, mirror) + 0.5 x mean over two translated views.
     e0 = time.perf_counter()
     net.eval()
     correct = correct_plain = 0
-    with torch.no_grad(), torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+    with torch.no_grad(), torch.autocast("cpu", dtype=autocast_dtype, enabled=use_autocast):
         for b in range(0, test_x.shape[0], 2000):
             x = test_x[b:b + 2000]
 
@@ -221,7 +257,7 @@ def train_twin(a, precision, seed, splits):
     m = test_x.shape[0]
     return {"tta_accuracy": 100.0 * correct / m, "accuracy": 100.0 * correct_plain / m,
             "seconds": setup_seconds + train_seconds + eval_seconds, "train_seconds": train_seconds,
-            "skipped": None}
+            "skipped": None, "unchanged_fraction": unchanged[0] / unchanged[1] if unchanged[1] else None}
 
 
 def cpu_model():
@@ -262,21 +298,58 @@ def load_results(path):
 
 
 def key(r):
-    return (r["system"], r["precision"], r["seed"], r.get("epochs", EPOCHS), r.get("channels_last", False))
+    return (r["system"], r["precision"], r["seed"], r.get("epochs", EPOCHS), r.get("channels_last", False),
+            r.get("weights", "fp32"), r.get("stop_after_epochs"))
+
+
+def variant(r):
+    """How a row's run differs from the recipe's default, for the table ('' when it does not)."""
+    parts = []
+    if r.get("weights", "fp32") != "fp32" and r["precision"] != "fp32":
+        parts.append(f"{r['weights']} weights")
+    if r.get("stop_after_epochs") is not None:
+        k = r["stop_after_epochs"]
+        parts.append(f"stopped after {k} epoch{'s' if k != 1 else ''}")
+    if r.get("epochs", EPOCHS) != EPOCHS:
+        parts.append(f"{r['epochs']:g}-epoch schedule")
+    return ", ".join(parts)
+
+
+def median_time(rs):
+    """The median time to the result of the runs that had the machine to themselves ('-' if none)."""
+    t = [r["seconds"] for r in rs if not r.get("time_shared")]
+    return f"{statistics.median(t):.0f}" if t else "-"
 
 
 def table(rows):
-    by = {}
+    by, variants = {}, {}
     for r in rows:
-        by.setdefault((r["system"], r["precision"]), []).append(r)
+        if variant(r):  # diagnostic runs listed apart, never averaged with the recipe's
+            variants.setdefault((r["system"], r["precision"], variant(r)), []).append(r)
+        else:
+            by.setdefault((r["system"], r["precision"]), []).append(r)
     print(f"{'system':6} {'prec':5} {'seeds':>5} {'TTA mean':>9} {'SD':>6} {'no-TTA':>7} {'time s':>8}  per seed (TTA %)")
     for (system, prec), rs in sorted(by.items()):
         rs.sort(key=lambda r: r["seed"])
         acc = [r["tta_accuracy"] for r in rs]
         sd = statistics.stdev(acc) if len(acc) > 1 else float("nan")
         print(f"{system:6} {prec:5} {len(rs):5d} {statistics.mean(acc):9.2f} {sd:6.2f} "
-              f"{statistics.mean(r['accuracy'] for r in rs):7.2f} {statistics.median(r['seconds'] for r in rs):8.0f}  "
+              f"{statistics.mean(r['accuracy'] for r in rs):7.2f} {median_time(rs):>8}  "
               + " ".join(f"{r['seed']}:{r['tta_accuracy']:.2f}" for r in rs))
+    for (system, prec, what), rs in sorted(variants.items()):
+        rs.sort(key=lambda r: r["seed"])
+        print(f"{system} {prec} ({what}): " + ", ".join(
+            f"seed {r['seed']}: {r['tta_accuracy']:.2f}% TTA, {r['accuracy']:.2f}% plain"
+            + (f", {100 * r['unchanged_fraction']:.1f}% of weights unchanged a step" if r.get("unchanged_fraction") is not None else "")
+            for r in rs))
+    fp32 = by.get(("ours", "fp32"))
+    for prec in ("fp16", "bf16"):
+        o = by.get(("ours", prec))
+        if o and fp32:
+            m16, m32 = (statistics.mean(r["tta_accuracy"] for r in x) for x in (o, fp32))
+            s16, s32 = (statistics.stdev([r["tta_accuracy"] for r in x]) if len(x) > 1 else float("nan") for x in (o, fp32))
+            se = math.sqrt(s16 ** 2 / len(o) + s32 ** 2 / len(fp32))
+            print(f"ours {prec} - ours fp32 = {m16 - m32:+.2f} points (3 standard errors {3 * se:.2f})")
     for prec in sorted({p for _, p in by}):
         o, t = by.get(("ours", prec)), by.get(("twin", prec))
         if o and t:
@@ -289,8 +362,12 @@ def table(rows):
             if not common:
                 print("    time to the result: no CPU ran both (rows without a CPU are not compared)")
             for cpu in common:
-                so_ = [r["seconds"] for r in o if r.get("cpu") == cpu]
-                st_ = [r["seconds"] for r in t if r.get("cpu") == cpu]
+                # A row marked "time_shared" ran beside other work: its accuracy counts, its time does not.
+                so_ = [r["seconds"] for r in o if r.get("cpu") == cpu and not r.get("time_shared")]
+                st_ = [r["seconds"] for r in t if r.get("cpu") == cpu and not r.get("time_shared")]
+                if not so_ or not st_:
+                    print(f"    time to the result on {cpu}: no run of one side had the machine to itself")
+                    continue
                 print(f"    time to the result on {cpu}: twin / ours = "
                       f"{statistics.median(st_) / statistics.median(so_):.2f}x ({len(so_)} and {len(st_)} runs)")
 
@@ -308,12 +385,29 @@ def main():
     ap.add_argument("--epochs", type=float, default=EPOCHS)
     ap.add_argument("--channels-last", action="store_true", help="the twin in channels_last")
     ap.add_argument("--twin-init-scale", type=float, default=2048.0, help="the twin's fp16 GradScaler start")
+    ap.add_argument("--twin-weights", choices=("fp32", "16bit", "16bit-all", "fp16-autocast"), default="fp32",
+                    help="fp32: FP32 weights under autocast (the default); 16bit: airbench's own handling, "
+                         "weights and inputs in the 16-bit dtype, batch-norm in FP32, no master copy; "
+                         "16bit-all: batch-norm in the 16-bit dtype as well; fp16-autocast: FP16 weights and "
+                         "inputs (airbench's code as it stands) under the precision's autocast. At fp32 every "
+                         "choice is the recipe's FP32 twin")
+    ap.add_argument("--stop-after-epochs", type=int, default=None,
+                    help="diagnostic: the twin stops after K epochs of the full schedule, its weights set to "
+                         "the lookahead average (as at the recipe's end), and is evaluated (rows listed apart)")
+    ap.add_argument("--twin-fp16-anyway", action="store_true",
+                    help="run the twin's fp16 even on a CPU without AVX512-FP16 (where a step of PyTorch's "
+                         "CPU fp16 took about 18x its fp32's)")
+    ap.add_argument("--log-dir", default=os.path.join(ROOT, "build", "airbench"), help="our trainer's JSON logs")
     ap.add_argument("--table", action="store_true", help="print the table of --results and exit")
     a = ap.parse_args()
-    os.makedirs(os.path.dirname(a.results), exist_ok=True)
     if a.table:
         table(load_results(a.results))
         return
+    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
+    os.makedirs(a.log_dir, exist_ok=True)
+    if a.stop_after_epochs is not None and not 1 <= a.stop_after_epochs < math.ceil(a.epochs):
+        sys.exit(f"error: --stop-after-epochs expects 1 to {math.ceil(a.epochs) - 1} epochs (fewer than the "
+                 f"schedule's {math.ceil(a.epochs)}), got {a.stop_after_epochs}")
     systems = [s for s in a.systems.split(",") if s]
     for s in systems:
         if s not in ("ours", "twin"):
@@ -322,17 +416,28 @@ def main():
     for p in precisions:
         if p not in ("fp32", "bf16", "fp16"):
             sys.exit(f"error: --precisions expects fp32, bf16, fp16, got '{p}'")
+    if "ours" in systems and (a.stop_after_epochs is not None or a.twin_weights != "fp32"):
+        sys.exit("error: --stop-after-epochs and --twin-weights are the twin's diagnostics (--systems twin)")
+    fp16_ok = "avx512_fp16" in cpu_model() or a.twin_fp16_anyway
     splits = None
     done = {key(r) for r in load_results(a.results)}
     for seed in parse_seeds(a.seeds):
         for prec in precisions:
             for system in systems:
-                k = (system, prec, seed, a.epochs, a.channels_last if system == "twin" else False)
+                twin = system == "twin"
+                k = (system, prec, seed, a.epochs, a.channels_last if twin else False,
+                     a.twin_weights if twin and prec != "fp32" else "fp32", a.stop_after_epochs if twin else None)
                 if k in done:
+                    continue
+                if twin and prec == "fp16" and not fp16_ok:
+                    # Measured on an AMD EPYC with AVX512-BF16: 78 s a step at batch 1024 against 4.3 s
+                    # in fp32, so a run would take ten hours.
+                    print(f"twin fp16 seed {seed}: skipped, this CPU has no AVX512-FP16 and PyTorch's CPU fp16 "
+                          "is about 18x slower than its fp32 here (--twin-fp16-anyway runs it)", flush=True)
                     continue
                 print(f"[{time.strftime('%H:%M:%S')}] {system} {prec} seed {seed} ...", flush=True)
                 if system == "ours":
-                    log = os.path.join(os.path.dirname(a.results), f"ours-{prec}-{seed}.jsonl")
+                    log = os.path.join(a.log_dir, f"ours-{prec}-{seed}.jsonl")
                     r = run_ours(a, prec, seed, log)
                 else:
                     if splits is None:
@@ -340,8 +445,11 @@ def main():
                         splits = pytorch_reference.load_engine_cache(engine_cache(a))
                     r = train_twin(a, prec, seed, splits)
                 r.update({"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
-                          "channels_last": k[4], "threads": a.threads, "commit": commit_of(a.build),
-                          "cpu": cpu_model()})
+                          "channels_last": k[4], "weights": k[5], "stop_after_epochs": k[6], "threads": a.threads,
+                          "commit": commit_of(a.build), "cpu": cpu_model()})
+                if twin:
+                    import torch
+                    r["torch"] = torch.__version__
                 with open(a.results, "a") as f:
                     f.write(json.dumps(r) + "\n")
                 print(f"    TTA {r['tta_accuracy']:.2f}% (no TTA {r['accuracy']:.2f}%) in {r['seconds']:.0f} s", flush=True)

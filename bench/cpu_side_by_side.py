@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The CPU training step, ours vs PyTorch eager, side by side in one run: simplecnn (batch 256),
-resnet9 and resnet18 (batch 64), Adam, the same number of threads, on a resident random batch
-(both sides time the step alone: forward, loss, backward, optimizer). Ours in FP32 and BF16
+resnet9 and resnet18 (batch 64), airbench94 on request (batch 1024, its recipe's), Adam, the same
+number of threads, on a resident random batch (both sides time the step alone: forward, loss,
+backward, optimizer). Ours in FP32 and BF16
 (bench_train); PyTorch in FP32 and BF16 autocast, each in NCHW and channels_last. Rounds alternate
 between the two systems so that a noisy machine hurts both alike; the median of each over all
 rounds is reported, with ours against our FP32 and against PyTorch's faster layout.
@@ -20,7 +21,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BATCH = {"simplecnn": 256, "resnet9": 64, "resnet18": 64}
+BATCH = {"simplecnn": 256, "resnet9": 64, "resnet18": 64, "airbench94": 1024}  # airbench94 at its recipe's batch
 PYTORCH_CONFIGS = [("f32", "nchw"), ("f32", "channels_last"), ("bf16", "nchw"), ("bf16", "channels_last")]
 
 
