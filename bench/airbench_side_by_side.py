@@ -19,8 +19,9 @@ recipe's rows: --twin-weights 16bit (airbench's own dtypes: 16-bit weights and i
 in FP32, no master copy), 16bit-all (batch-norm 16-bit too) or fp16-autocast (FP16 weights and
 inputs under the precision's autocast, as airbench's code would run under CPU bf16 autocast), and
 --stop-after-epochs K (the full schedule, stopped after K epochs, the weights set to the lookahead
-average and evaluated, with the share of weights a step left bit-identical). A row given "time_shared": true by hand (its run shared the machine with other
-work) keeps its accuracy in the table and drops out of the times.
+average and evaluated, with the share of weights a step left bit-identical). A row given
+"time_shared": true by hand (its run shared the machine with other work) keeps its accuracy in
+the table and drops out of the times.
 
 The twin (train_twin) is the recipe in plain PyTorch: nn.Sequential from bench/pytorch_models.py,
 SGD with two parameter groups, a hand-written triangle schedule and lookahead, the batch built
@@ -193,8 +194,7 @@ def train_twin(a, precision, seed, splits):
     step, train_seconds = 0, 0.0
     unchanged = [0, 0]  # weights (not batch-norm shifts) a step left bit-identical, of all weights stepped
     net.train()
-    epochs_run = math.ceil(a.epochs) if a.stop_after_epochs is None else min(math.ceil(a.epochs), a.stop_after_epochs)
-    for epoch in range(epochs_run):
+    for epoch in range(a.stop_after_epochs or math.ceil(a.epochs)):  # main keeps K below the schedule
         e0 = time.perf_counter()
         # Translation by -2..2 pixels per image, then the alternating flip.
         shifts = torch.randint(0, 5, (n, 2), generator=gen)
@@ -231,10 +231,11 @@ def train_twin(a, precision, seed, splits):
             step += 1
             if step % EMA_EVERY == 0:
                 lookahead(EMA_RATE ** EMA_EVERY * (step / total) ** 3)
-            if step == total or (a.stop_after_epochs is not None and epoch + 1 == epochs_run
-                                 and i + 1 == steps_per_epoch):
-                lookahead(1.0)  # the weights set to the average (also when a diagnostic run stops early)
+            if step == total:
+                lookahead(1.0)  # the weights set to the average
         train_seconds += time.perf_counter() - e0
+    if a.stop_after_epochs is not None:
+        lookahead(1.0)  # a diagnostic run stopped early: the weights set to the average, as at the end
 
     # Test-time augmentation: 0.5 x mean(image, mirror) + 0.5 x mean over two translated views.
     e0 = time.perf_counter()
@@ -260,8 +261,8 @@ def train_twin(a, precision, seed, splits):
             "skipped": None, "unchanged_fraction": unchanged[0] / unchanged[1] if unchanged[1] else None}
 
 
-def cpu_model():
-    """The CPU's model name and its matrix units, for the record: times compare within one CPU only."""
+def cpu_info():
+    """The CPU's model name and its flags."""
     name, flags = "unknown", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -272,6 +273,12 @@ def cpu_model():
                     flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return name, flags
+
+
+def cpu_model():
+    """The CPU's model name and its matrix units, for the record: times compare within one CPU only."""
+    name, flags = cpu_info()
     units = [u for u in ("amx_bf16", "avx512_bf16", "avx512_fp16") if u in flags]
     return name + (" (" + ", ".join(units) + ")" if units else "")
 
@@ -321,6 +328,14 @@ def median_time(rs):
     return f"{statistics.median(t):.0f}" if t else "-"
 
 
+def gap(a_rows, b_rows):
+    """Mean TTA accuracy of a_rows minus b_rows, and 3 standard errors of that difference."""
+    accs = [[r["tta_accuracy"] for r in x] for x in (a_rows, b_rows)]
+    sd = [statistics.stdev(x) if len(x) > 1 else float("nan") for x in accs]
+    se = math.sqrt(sd[0] ** 2 / len(accs[0]) + sd[1] ** 2 / len(accs[1]))
+    return statistics.mean(accs[0]) - statistics.mean(accs[1]), 3 * se
+
+
 def table(rows):
     by, variants = {}, {}
     for r in rows:
@@ -346,17 +361,13 @@ def table(rows):
     for prec in ("fp16", "bf16"):
         o = by.get(("ours", prec))
         if o and fp32:
-            m16, m32 = (statistics.mean(r["tta_accuracy"] for r in x) for x in (o, fp32))
-            s16, s32 = (statistics.stdev([r["tta_accuracy"] for r in x]) if len(x) > 1 else float("nan") for x in (o, fp32))
-            se = math.sqrt(s16 ** 2 / len(o) + s32 ** 2 / len(fp32))
-            print(f"ours {prec} - ours fp32 = {m16 - m32:+.2f} points (3 standard errors {3 * se:.2f})")
+            d, se3 = gap(o, fp32)
+            print(f"ours {prec} - ours fp32 = {d:+.2f} points (3 standard errors {se3:.2f})")
     for prec in sorted({p for _, p in by}):
         o, t = by.get(("ours", prec)), by.get(("twin", prec))
         if o and t:
-            mo, mt = statistics.mean(r["tta_accuracy"] for r in o), statistics.mean(r["tta_accuracy"] for r in t)
-            so, st = (statistics.stdev([r["tta_accuracy"] for r in x]) if len(x) > 1 else float("nan") for x in (o, t))
-            se = math.sqrt(so ** 2 / len(o) + st ** 2 / len(t))
-            print(f"{prec}: ours - twin = {mo - mt:+.2f} points (3 standard errors {3 * se:.2f})")
+            d, se3 = gap(o, t)
+            print(f"{prec}: ours - twin = {d:+.2f} points (3 standard errors {se3:.2f})")
             # Times only within one CPU (a sweep may span sessions on different machines).
             common = sorted(({r.get("cpu") for r in o} & {r.get("cpu") for r in t}) - {None})
             if not common:
@@ -418,16 +429,18 @@ def main():
             sys.exit(f"error: --precisions expects fp32, bf16, fp16, got '{p}'")
     if "ours" in systems and (a.stop_after_epochs is not None or a.twin_weights != "fp32"):
         sys.exit("error: --stop-after-epochs and --twin-weights are the twin's diagnostics (--systems twin)")
-    fp16_ok = "avx512_fp16" in cpu_model() or a.twin_fp16_anyway
+    fp16_ok = "avx512_fp16" in cpu_info()[1] or a.twin_fp16_anyway
     splits = None
     done = {key(r) for r in load_results(a.results)}
     for seed in parse_seeds(a.seeds):
         for prec in precisions:
             for system in systems:
                 twin = system == "twin"
-                k = (system, prec, seed, a.epochs, a.channels_last if twin else False,
-                     a.twin_weights if twin and prec != "fp32" else "fp32", a.stop_after_epochs if twin else None)
-                if k in done:
+                run = {"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
+                       "channels_last": a.channels_last if twin else False,
+                       "weights": a.twin_weights if twin and prec != "fp32" else "fp32",
+                       "stop_after_epochs": a.stop_after_epochs if twin else None}
+                if key(run) in done:
                     continue
                 if twin and prec == "fp16" and not fp16_ok:
                     # Measured on an AMD EPYC with AVX512-BF16: 78 s a step at batch 1024 against 4.3 s
@@ -444,9 +457,8 @@ def main():
                         import pytorch_reference
                         splits = pytorch_reference.load_engine_cache(engine_cache(a))
                     r = train_twin(a, prec, seed, splits)
-                r.update({"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
-                          "channels_last": k[4], "weights": k[5], "stop_after_epochs": k[6], "threads": a.threads,
-                          "commit": commit_of(a.build), "cpu": cpu_model()})
+                r.update(run)
+                r.update({"threads": a.threads, "commit": commit_of(a.build), "cpu": cpu_model()})
                 if twin:
                     import torch
                     r["torch"] = torch.__version__

@@ -2,10 +2,10 @@
 """The CPU training step, ours vs PyTorch eager, side by side in one run: simplecnn (batch 256),
 resnet9 and resnet18 (batch 64), airbench94 on request (batch 1024, its recipe's), Adam, the same
 number of threads, on a resident random batch (both sides time the step alone: forward, loss,
-backward, optimizer). Ours in FP32 and BF16
-(bench_train); PyTorch in FP32 and BF16 autocast, each in NCHW and channels_last. Rounds alternate
-between the two systems so that a noisy machine hurts both alike; the median of each over all
-rounds is reported, with ours against our FP32 and against PyTorch's faster layout.
+backward, optimizer). Ours in FP32 and BF16 (bench_train); PyTorch in FP32 and BF16 autocast,
+each in NCHW and channels_last. Rounds alternate between the two systems so that a noisy machine
+hurts both alike; the median of each over all rounds is reported, with ours against our FP32 and
+against PyTorch's faster layout.
 
   python3 bench/cpu_side_by_side.py [--build build] [--models simplecnn,resnet9,resnet18] [--threads 2]
                                     [--rounds 3] [--steps 10] [--json out.json]
