@@ -167,18 +167,18 @@ void cpu_memory(const bench::Options& opt, std::vector<bench::Row>& rows) {
                                                                   invstd.data<float>(), true, y.data<T>(),
                                                                   gg.data<float>(), gb.data<float>());
                      }});
-    // 2x2 max-pool: read x, write a quarter of it and its int32 argmax.
+    // 2x2 max-pool: read x, write a quarter of it and its one-byte argmax.
     const kernels::PoolShape ps{batch, hw, hw, c, 2, 2, 0};
     const int64_t out = n / 4;
     auto py = Tensor::empty({out}, dt);
-    auto arg = Tensor::empty({out}, DType::I32);
+    auto arg = Tensor::empty({out}, DType::U8);
     const std::string pool_shape = dims({batch, hw, hw, c});
-    cases.push_back({"maxpool 2x2 fwd", d, pool_shape, e * n + (e + 4) * out, [=](int i) {
-                       kernels::cpu::max_pool2d_forward(ps, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>());
+    cases.push_back({"maxpool 2x2 fwd", d, pool_shape, e * n + (e + 1) * out, [=](int i) {
+                       kernels::cpu::max_pool2d_forward(ps, x[i & 1].data<T>(), py.data<T>(), arg.data<uint8_t>());
                      }});
     // The CPU backward zeroes gx itself (it overwrites, like the GPU's): that pass is in the cost.
-    cases.push_back({"maxpool 2x2 bwd", d, pool_shape, (e + 4) * out + e * n, [=](int) {
-                       kernels::cpu::max_pool2d_backward(ps, py.data<T>(), arg.data<int32_t>(), y.data<T>());
+    cases.push_back({"maxpool 2x2 bwd", d, pool_shape, (e + 1) * out + e * n, [=](int) {
+                       kernels::cpu::max_pool2d_backward(ps, py.data<T>(), arg.data<uint8_t>(), y.data<T>());
                      }});
     cases.push_back({"global avgpool fwd", d, pool_shape, e * n, [=](int i) {
                        kernels::cpu::global_avg_pool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>());

@@ -520,18 +520,18 @@ template <class T> void add_typed_cases(std::vector<bench::MemCase>& cases, DTyp
                                                        gamma.data<float>(), mean.data<float>(), invstd.data<float>(),
                                                        true, y.data<T>(), gg.data<float>(), gb.data<float>(), s);
                    }});
-  // 2x2 max-pool over [N, 32, 32, 64]: read x, write a quarter of it and its int32 argmax.
+  // 2x2 max-pool over [N, 32, 32, 64]: read x, write a quarter of it and its one-byte argmax.
   const int64_t hw = 32, batch = n / (hw * hw * c), out = n / 4;
   const kernels::PoolShape pd{batch, hw, hw, c, 2, 2, 0};
   Tensor py = random_gpu({out}, dt);
-  Tensor arg = Tensor::empty({out}, DType::I32, kGpu);
-  kcu::max_pool2d_forward(pd, x[0].data<T>(), py.data<T>(), arg.data<int32_t>(), s);  // valid argmax for bwd
+  Tensor arg = Tensor::empty({out}, DType::U8, kGpu);
+  kcu::max_pool2d_forward(pd, x[0].data<T>(), py.data<T>(), arg.data<uint8_t>(), s);  // valid argmax for bwd
   const std::string pool = std::to_string(batch) + "x32x32x64";
-  cases.push_back({"maxpool 2x2 fwd", d, pool, e * n + (e + 4) * out, [=](int i) {
-                     kcu::max_pool2d_forward(pd, x[i & 1].data<T>(), py.data<T>(), arg.data<int32_t>(), s);
+  cases.push_back({"maxpool 2x2 fwd", d, pool, e * n + (e + 1) * out, [=](int i) {
+                     kcu::max_pool2d_forward(pd, x[i & 1].data<T>(), py.data<T>(), arg.data<uint8_t>(), s);
                    }});
-  cases.push_back({"maxpool 2x2 bwd", d, pool, (e + 4) * out + e * n, [=](int) {
-                     kcu::max_pool2d_backward(pd, py.data<T>(), arg.data<int32_t>(), y.data<T>(), s);
+  cases.push_back({"maxpool 2x2 bwd", d, pool, (e + 1) * out + e * n, [=](int) {
+                     kcu::max_pool2d_backward(pd, py.data<T>(), arg.data<uint8_t>(), y.data<T>(), s);
                    }});
   cases.push_back({"global avgpool fwd", d, pool, e * n, [=](int i) {
                      kcu::global_avg_pool_forward(batch, hw * hw, c, x[i & 1].data<T>(), py.data<T>(), s);

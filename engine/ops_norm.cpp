@@ -11,21 +11,24 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t pad) 
   ENGINE_CHECK(kernel >= 1 && stride >= 1 && pad >= 0 && 2 * pad <= kernel,
                "max_pool2d: bad kernel " << kernel << ", stride " << stride << ", padding " << pad
                                          << " (padding must be at most half the kernel)");
+  ENGINE_CHECK(kernel <= kernels::kMaxPoolKernel,
+               "max_pool2d: kernel " << kernel << " over " << kernels::kMaxPoolKernel
+                                     << " (each maximum's place in its window is saved in one byte)");
   ENGINE_CHECK(x.dim(1) + 2 * pad >= kernel && x.dim(2) + 2 * pad >= kernel,
                "max_pool2d: kernel " << kernel << " larger than padded input " << shape_str(x.shape()));
   kernels::PoolShape sh{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel, stride, pad};
   Tensor y = Tensor::empty({sh.n, sh.out_h(), sh.out_w(), sh.c}, x.dtype(), x.device());
-  Tensor argmax = Tensor::empty(y.shape(), DType::I32, x.device());
+  Tensor argmax = Tensor::empty(y.shape(), DType::U8, x.device());  // r * kernel + q in its window
   const Device dev = op_device("max_pool2d", {&x});
   ENGINE_KERNEL("max_pool2d", dev, x.dtype(), T,
-                K::max_pool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<int32_t>(), stream));
+                K::max_pool2d_forward(sh, x.data<T>(), y.data<T>(), argmax.data<uint8_t>(), stream));
   if (should_record({&x})) {
     // Backward needs the argmax and x's shape, not x itself.
     active_tape()->record("max_pool2d", {x}, y, [shape = x.shape(), dt = x.dtype(), argmax, sh, dev](
                                                    const Tensor& gy) -> std::vector<Tensor> {
       Tensor gx = Tensor::empty(shape, dt, dev);  // overwritten by both backends' kernels
       ENGINE_KERNEL("max_pool2d backward", dev, dt, T,
-                    K::max_pool2d_backward(sh, gy.data<T>(), argmax.data<int32_t>(), gx.data<T>(), stream));
+                    K::max_pool2d_backward(sh, gy.data<T>(), argmax.data<uint8_t>(), gx.data<T>(), stream));
       return {gx};
     });
   }

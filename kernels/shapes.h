@@ -30,6 +30,9 @@ struct ConvShape {
 };
 
 // Max pooling over NHWC: square window `kernel`, square stride, zero-free padding `pad`.
+// Max-pool saves each maximum's place in its window, r * kernel + q, in one byte.
+constexpr int64_t kMaxPoolKernel = 16;
+
 struct PoolShape {
   int64_t n, h, w, c;  // input NHWC
   int64_t kernel, stride, pad;

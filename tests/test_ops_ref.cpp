@@ -524,7 +524,18 @@ TEST_CASE("max_pool2d values and argmax routing match a naive loop", "[ref]") {
       check_maxpool(random_vec(rng, 2 * 5 * 7 * 3, -1, 1), 2, 5, 7, 3, pc.k, pc.st, pc.pad, t);
       check_maxpool(random_vec(rng, 1 * 6 * 5 * 2, -3, -1), 1, 6, 5, 2, pc.k, pc.st, pc.pad, t);
     }
+    // airbench94's last pool (3x3 -> 1x1), and the largest kernel a one-byte window index
+    // holds (16 x 16: places 0..255), in the gather path (stride = kernel) and the general one.
+    check_maxpool(random_vec(rng, 2 * 3 * 3 * 4, -1, 1), 2, 3, 3, 4, 3, 3, 0, t);
+    for (Case pc : {Case{16, 16, 0}, Case{16, 5, 8}})
+      check_maxpool(random_vec(rng, 2 * 17 * 18 * 2, -1, 1), 2, 17, 18, 2, pc.k, pc.st, pc.pad, t);
   }
+}
+
+TEST_CASE("max_pool2d refuses a kernel whose window a byte cannot index", "[ref]") {
+  const Tensor x = Tensor::zeros({1, 17, 17, 1}, DType::F32);
+  CHECK_NOTHROW(engine::max_pool2d(x, 16, 1, 0));
+  CHECK_THROWS_WITH(engine::max_pool2d(x, 17, 1, 0), Catch::Contains("kernel 17 over 16"));
 }
 
 TEST_CASE("max_pool2d ties go to the first element in scan order, NaN propagates", "[ref]") {
@@ -1001,7 +1012,7 @@ TEST_CASE("max_pool2d_backward overwrites its output, as the CUDA kernel does", 
   const kernels::PoolShape sh{1, 4, 4, 2, 2, 2, 0};
   std::vector<float> x(32), y(8), gy(8, 1.0f), gx(32, std::nanf(""));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 11);
-  std::vector<int32_t> argmax(8);
+  std::vector<uint8_t> argmax(8);
   kernels::cpu::max_pool2d_forward(sh, x.data(), y.data(), argmax.data());
   kernels::cpu::max_pool2d_backward(sh, gy.data(), argmax.data(), gx.data());
   float total = 0;

@@ -1,5 +1,6 @@
-// CPU reference pooling over NHWC tensors: max-pool (with the argmax saved for backward)
-// and global average pool. Max ties go to the first maximum in scan order.
+// CPU reference pooling over NHWC tensors: max-pool (with each maximum's place in its window
+// saved for backward, one byte) and global average pool. Max ties go to the first maximum in
+// scan order.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +20,7 @@ namespace detail {
 // The usual 2 x 2 pool (stride 2, no padding): the four taps of each output compared per channel
 // by the general loop's rule, in its scan order, the winner's bits kept as they are (no gather);
 // branch-free, so the channel loop vectorises (3x the general loop's speed on 16 channels).
-template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax) {
+template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y, uint8_t* argmax) {
   using A = acc_t<T>;
   // 16-bit data selected as raw bits (the select of a struct would not vectorise).
   using Raw = std::conditional_t<sizeof(T) == 2, uint16_t, T>;
@@ -36,13 +37,12 @@ template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y
       for (int64_t j = 0; j < ow; ++j) {
         const int64_t in0 = (b * s.h + 2 * i) * s.w + 2 * j;
         const Raw* tap[4] = {xr + in0 * c, xr + (in0 + 1) * c, xr + (in0 + s.w) * c, xr + (in0 + s.w + 1) * c};
-        const int32_t at0 = static_cast<int32_t>(2 * i * s.w + 2 * j);
-        const int32_t at[4] = {at0, at0 + 1, at0 + static_cast<int32_t>(s.w), at0 + static_cast<int32_t>(s.w) + 1};
+        const uint8_t at[4] = {0, 1, 2, 3};  // r * 2 + q
         const int64_t o = ((b * oh + i) * ow + j) * c;
         for (int64_t ch = 0; ch < c; ++ch) {
           Raw bits = tap[0][ch];
           A best = value(bits);
-          int32_t where = at[0];
+          uint8_t where = at[0];
           for (int t = 1; t < 4; ++t) {
             const Raw tb = tap[t][ch];
             const A v = value(tb);
@@ -58,8 +58,9 @@ template <class T> void max_pool2x2_forward(const PoolShape& s, const T* x, T* y
 }
 }  // namespace detail
 
-// argmax[i] = flat input index (within the image: ih*W + iw) of output element i's maximum.
-template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y, int32_t* argmax, Stream = nullptr) {
+// argmax[i] = where output i's maximum lies in its window: r * kernel + q for the tap at row r,
+// column q (kernel <= kMaxPoolKernel, so a byte holds it; an int32 image index would take 4).
+template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y, uint8_t* argmax, Stream = nullptr) {
   if (s.kernel == 2 && s.stride == 2 && s.pad == 0 && s.h >= 2 && s.w >= 2)  // every window inside
     return detail::max_pool2x2_forward(s, x, y, argmax);
   const int64_t oh = s.out_h(), ow = s.out_w();
@@ -70,7 +71,7 @@ template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y,
     // Compared in acc_t<T>: FP32 for the training dtypes (exact for them), FP64 for FP64.
     using A = acc_t<T>;
     std::vector<A> best(static_cast<size_t>(s.c));
-    std::vector<int32_t> best_at(static_cast<size_t>(s.c));
+    std::vector<uint8_t> best_at(static_cast<size_t>(s.c));
 #pragma omp for collapse(2)
     for (int64_t b = 0; b < s.n; ++b) {
       for (int64_t i = 0; i < oh; ++i) {
@@ -83,7 +84,7 @@ template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y,
               const int64_t iw = j * s.stride - s.pad + q;
               if (iw < 0 || iw >= s.w) continue;
               const T* tap = x + ((b * s.h + ih) * s.w + iw) * s.c;
-              const int32_t at = static_cast<int32_t>(ih * s.w + iw);
+              const uint8_t at = static_cast<uint8_t>(r * s.kernel + q);
               if (first) {
                 for (int64_t ch = 0; ch < s.c; ++ch) {
                   best[ch] = static_cast<A>(load_simd(tap[ch]));
@@ -103,7 +104,9 @@ template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y,
           }
           const int64_t o = ((b * oh + i) * ow + j) * s.c;
           for (int64_t ch = 0; ch < s.c; ++ch) {
-            y[o + ch] = x[(b * s.h * s.w + best_at[ch]) * s.c + ch];
+            const int64_t ih = i * s.stride - s.pad + best_at[ch] / s.kernel;
+            const int64_t iw = j * s.stride - s.pad + best_at[ch] % s.kernel;
+            y[o + ch] = x[((b * s.h + ih) * s.w + iw) * s.c + ch];
             argmax[o + ch] = best_at[ch];
           }
         }
@@ -118,7 +121,7 @@ template <class T> void max_pool2d_forward(const PoolShape& s, const T* x, T* y,
 // instead: each input pixel lies in at most one window, so its gradient is that window's where
 // it was the argmax and 0 elsewhere, written once with no zero fill (same values: 0 + g = g).
 template <class T>
-void max_pool2d_backward(const PoolShape& s, const T* gy, const int32_t* argmax, T* gx, Stream = nullptr) {
+void max_pool2d_backward(const PoolShape& s, const T* gy, const uint8_t* argmax, T* gx, Stream = nullptr) {
   const int64_t per_image_out = s.out_h() * s.out_w() * s.c;
   const int64_t per_image_in = s.h * s.w * s.c;
   if (s.stride == s.kernel && s.pad == 0) {
@@ -140,7 +143,7 @@ void max_pool2d_backward(const PoolShape& s, const T* gy, const int32_t* argmax,
             continue;
           }
           const int64_t o = ((b * oh + i) * ow + j) * s.c;
-          const int32_t at = static_cast<int32_t>(ih * s.w + iw);
+          const uint8_t at = static_cast<uint8_t>((ih - i * s.kernel) * s.kernel + (iw - j * s.kernel));
           for (int64_t ch = 0; ch < s.c; ++ch) dst[ch] = argmax[o + ch] == at ? g[o + ch] : Bits(0);
         }
       }
@@ -151,8 +154,10 @@ void max_pool2d_backward(const PoolShape& s, const T* gy, const int32_t* argmax,
   for (int64_t b = 0; b < s.n; ++b) {
     for (int64_t i = 0; i < per_image_in; ++i) gx[b * per_image_in + i] = from_acc<T>(acc_t<T>(0));
     for (int64_t o = 0; o < per_image_out; ++o) {
-      const int64_t ch = o % s.c;
-      T& dst = gx[b * per_image_in + argmax[b * per_image_out + o] * s.c + ch];
+      const int64_t ch = o % s.c, j = (o / s.c) % s.out_w(), i = o / (s.c * s.out_w());
+      const uint8_t at = argmax[b * per_image_out + o];
+      const int64_t ih = i * s.stride - s.pad + at / s.kernel, iw = j * s.stride - s.pad + at % s.kernel;
+      T& dst = gx[b * per_image_in + (ih * s.w + iw) * s.c + ch];
       dst = from_acc<T>(acc_t<T>(dst) + acc_t<T>(gy[b * per_image_out + o]));
     }
   }

@@ -15,7 +15,7 @@ namespace {
 
 template <class T>
 __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolShape d, int64_t oh, int64_t ow, const T* x, T* y,
-                                                              int32_t* argmax) {
+                                                              uint8_t* argmax) {
   const int64_t total = d.n * oh * ow * d.c;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolShape d, int64_
     const int64_t b = t / oh;
     using A = acc_t<T>;  // FP32 for the training dtypes, FP64 for FP64: compare at full precision
     A best = -INFINITY;
-    int32_t best_at = -1;
+    int best_at = -1;  // r * kernel + q, as on the CPU
     for (int64_t r = 0; r < d.kernel; ++r) {
       const int64_t ih = i * d.stride - d.pad + r;
       if (ih < 0 || ih >= d.h) continue;
@@ -39,13 +39,14 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolShape d, int64_
         const bool take = best_at < 0 || v > best || (v != v && best == best);
         if (take) {
           best = v;
-          best_at = static_cast<int32_t>(ih * d.w + iw);
+          best_at = static_cast<int>(r * d.kernel + q);
         }
       }
     }
     // A window entirely in the padding cannot happen for pad <= kernel / 2 (the engine's rule).
-    y[o] = best_at >= 0 ? x[(b * d.h * d.w + best_at) * d.c + ch] : from_acc<T>(acc_t<T>(0));
-    argmax[o] = best_at;
+    const int64_t ih = i * d.stride - d.pad + best_at / d.kernel, iw = j * d.stride - d.pad + best_at % d.kernel;
+    y[o] = best_at >= 0 ? x[((b * d.h + ih) * d.w + iw) * d.c + ch] : from_acc<T>(acc_t<T>(0));
+    argmax[o] = static_cast<uint8_t>(best_at);
   }
 }
 
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kBlock) maxpool_fwd_kernel(PoolShape d, int64_
 // the CPU's order for this (b, ch), and rounding to T after each addition is its rounding.
 template <class T>
 __global__ void __launch_bounds__(kBlock) maxpool_bwd_kernel(PoolShape d, int64_t oh, int64_t ow, const T* gy,
-                                                              const int32_t* argmax, T* gx) {
+                                                              const uint8_t* argmax, T* gx) {
   const int64_t total = d.n * d.h * d.w * d.c;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
@@ -64,7 +65,6 @@ __global__ void __launch_bounds__(kBlock) maxpool_bwd_kernel(PoolShape d, int64_
     t /= d.w;
     const int64_t ih = t % d.h;
     const int64_t b = t / d.h;
-    const int32_t me = static_cast<int32_t>(ih * d.w + iw);
     const int64_t lo_i_num = ih + d.pad - d.kernel + 1, lo_j_num = iw + d.pad - d.kernel + 1;
     const int64_t i0 = lo_i_num <= 0 ? 0 : (lo_i_num + d.stride - 1) / d.stride;
     const int64_t j0 = lo_j_num <= 0 ? 0 : (lo_j_num + d.stride - 1) / d.stride;
@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kBlock) maxpool_bwd_kernel(PoolShape d, int64_
     for (int64_t i = i0; i <= i1; ++i) {
       for (int64_t j = j0; j <= j1; ++j) {
         const int64_t o = ((b * oh + i) * ow + j) * d.c + ch;
+        const int64_t me = (ih + d.pad - i * d.stride) * d.kernel + (iw + d.pad - j * d.stride);  // my place in window (i, j)
         if (argmax[o] == me) acc = from_acc<T>(acc_t<T>(acc) + acc_t<T>(gy[o]));
       }
     }
@@ -138,12 +139,13 @@ void check_dims(const PoolShape& d, const char* op) {
                    d.pad * 2 <= d.kernel && d.out_h() > 0 && d.out_w() > 0,
                op << ": bad shape n=" << d.n << " h=" << d.h << " w=" << d.w << " c=" << d.c << " kernel=" << d.kernel
                   << " stride=" << d.stride << " pad=" << d.pad);
-  ENGINE_CHECK(d.h * d.w <= INT32_MAX, op << ": image of " << d.h << "x" << d.w << " too large for int32 argmax");
+  ENGINE_CHECK(d.kernel <= kMaxPoolKernel, op << ": kernel " << d.kernel << " over " << kMaxPoolKernel
+                                                << " (the window's argmax is one byte)");
 }
 
 }  // namespace
 
-template <class T> void max_pool2d_forward(const PoolShape& d, const T* x, T* y, int32_t* argmax, cudaStream_t s) {
+template <class T> void max_pool2d_forward(const PoolShape& d, const T* x, T* y, uint8_t* argmax, cudaStream_t s) {
   check_dims(d, "max_pool2d_forward");
   const int64_t oh = d.out_h(), ow = d.out_w(), total = d.n * oh * ow * d.c;
   if (total == 0) return;
@@ -152,7 +154,7 @@ template <class T> void max_pool2d_forward(const PoolShape& d, const T* x, T* y,
 }
 
 template <class T>
-void max_pool2d_backward(const PoolShape& d, const T* gy, const int32_t* argmax, T* gx, cudaStream_t s) {
+void max_pool2d_backward(const PoolShape& d, const T* gy, const uint8_t* argmax, T* gx, cudaStream_t s) {
   check_dims(d, "max_pool2d_backward");
   const int64_t total = d.n * d.h * d.w * d.c;
   if (total == 0) return;
@@ -193,8 +195,8 @@ void channel_gate_backward_gate(int64_t n, int64_t hw, int64_t c, const T* x, co
 }
 
 #define ENGINE_CUDA_POOL(T)                                                                              \
-  template void max_pool2d_forward<T>(const PoolShape&, const T*, T*, int32_t*, cudaStream_t);             \
-  template void max_pool2d_backward<T>(const PoolShape&, const T*, const int32_t*, T*, cudaStream_t);      \
+  template void max_pool2d_forward<T>(const PoolShape&, const T*, T*, uint8_t*, cudaStream_t);             \
+  template void max_pool2d_backward<T>(const PoolShape&, const T*, const uint8_t*, T*, cudaStream_t);      \
   template void global_avg_pool_forward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);        \
   template void global_avg_pool_backward<T>(int64_t, int64_t, int64_t, const T*, T*, cudaStream_t);         \
   template void channel_gate_forward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);    \

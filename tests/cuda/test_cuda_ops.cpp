@@ -321,6 +321,8 @@ const std::vector<PoolCase> kPoolCases = {
     {1, 7, 9, 3, 3, 2, 1},    // batch 1, odd sizes, padding, overlapping windows
     {5, 8, 8, 16, 2, 2, 0},   // the usual 2x2/2
     {32, 15, 13, 35, 3, 1, 1},  // large batch, stride 1: every input in up to 9 windows
+    {4, 3, 3, 256, 3, 3, 0},    // airbench94's last pool, 3x3 -> 1x1
+    {2, 17, 18, 3, 16, 5, 8},   // the largest window a byte indexes (places 0..255), padded
 };
 }  // namespace
 
@@ -343,10 +345,10 @@ TEMPLATE_TEST_CASE("max-pool forward, argmax and backward are bit-identical to t
       if (i % 997 == 13) x[i] = kernels::convert<T>(std::numeric_limits<double>::quiet_NaN());
     }
     std::vector<T> y(out_n);
-    std::vector<int32_t> am(out_n);
+    std::vector<uint8_t> am(out_n);
     kc::max_pool2d_forward(cs, x.data(), y.data(), am.data());
     DeviceBuffer<T> dx(x), dy(out_n);
-    DeviceBuffer<int32_t> dam(out_n);
+    DeviceBuffer<uint8_t> dam(out_n);
     kg::max_pool2d_forward(gs, dx.get(), dy.get(), dam.get(), stream());
     expect_bits_equal(dy.download(), y, "maxpool forward");
     expect_bits_equal(dam.download(), am, "maxpool argmax");
