@@ -315,11 +315,15 @@ void resume(const Config& cfg, Training& t) {
     t.scaler->load_state({ck.get_double("scaler/scale"), ck.get_int("scaler/growth_tracker"),
                           ck.get_int("scaler/skipped_steps"), ck.get_int("scaler/consecutive_skips")});
     t.step = ck.get_int("step");
-    // Steps are counted in optimizer steps of `accumulate` micro-batches: another K would
-    // resume at another image. (Checkpoints are written between steps, never inside one.)
+    // Steps are counted in optimizer steps of `accumulate` micro-batches of --batch-size
+    // images: another K or another batch would resume at another image and another epoch.
+    // (Checkpoints are written between steps, never inside one.)
     const int64_t saved_k = ck.meta.count("accumulate") ? ck.get_int("accumulate") : 1;
     ENGINE_CHECK(saved_k == cfg.accumulate, "checkpoint " << cfg.resume << " was trained with --accumulate " << saved_k
                                                           << ", not " << cfg.accumulate);
+    const int64_t saved_batch = ck.get_int("batch_size");
+    ENGINE_CHECK(saved_batch == cfg.batch_size, "checkpoint " << cfg.resume << " was trained with --batch-size "
+                                                              << saved_batch << ", not " << cfg.batch_size);
   }
   std::fprintf(stderr, "resumed from %s at step %lld\n", cfg.resume.c_str(), static_cast<long long>(ck.get_int("step")));
 }

@@ -3,6 +3,7 @@
 
 #include "models/models.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -71,7 +72,8 @@ const char* const kTrainerUsage = R"(usage: trainer [options]
 
 Trains a CNN on CIFAR-10 with mixed precision. Defaults reproduce the classic recipe:
 simplecnn, Adam lr 1e-3, batch 256, 10 epochs, FP16 with the dynamic loss scaler,
-pixels normalised to [-1, 1].
+pixels normalised to [-1, 1]. A flag the other flags make pointless (--warmup with a
+constant schedule, --init-scale outside fp16, --flip without --augment) is refused.
 
 Recipes (each sets the flags below to its values; a flag given as well overrides its value):
   --recipe airbench94     airbench94 (arXiv 2404.00498; docs/airbench.md): --model airbench94,
@@ -123,7 +125,8 @@ Optimisation:
   --norm-lr-scale X       batch-norm parameters learn at lr x X      [1]
   --norm-weight-decay X   and decay with X                           [--weight-decay]
   --freeze-after P=E      parameter P (as --fp32-layers names layers, e.g. 0.bias) trains
-                          for the first E epochs, then stays as it is (repeatable)
+                          for the first E epochs, then stays as it is (repeatable; a
+                          parameter named again takes the later E, the recipe's included)
   --lr-schedule S         constant | onecycle (linear warm-up, then linear decay) |
                           triangle (--lr-start at the first step, 1 at --warmup, --lr-end
                           at the last, linear between)               [constant]
@@ -227,7 +230,13 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   valued["--freeze-after"] = [&](const std::string& v) {
     const size_t eq = v.rfind('=');
     if (eq == std::string::npos || eq == 0) usage_error("--freeze-after expects PARAMETER=EPOCHS, got '" + v + "'");
-    c.freeze_after.emplace_back(v.substr(0, eq), to_double("--freeze-after", v.substr(eq + 1), 0, false));
+    // A parameter named again (by the command line after the recipe, or twice) takes the
+    // newer epochs, so the recipe's value is overridden like any other flag's.
+    const std::string name = v.substr(0, eq);
+    const double epochs = to_double("--freeze-after", v.substr(eq + 1), 0, false);
+    auto& list = c.freeze_after;
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& entry) { return entry.first == name; }), list.end());
+    c.freeze_after.emplace_back(name, epochs);
   };
   valued["--lr-start"] = [&](const std::string& v) { c.lr_start = to_double("--lr-start", v, 0, false); };
   valued["--lr-end"] = [&](const std::string& v) { c.lr_end = to_double("--lr-end", v, 0, false); };
@@ -343,6 +352,23 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
     if (!given.count("--weight-decay")) c.weight_decay = airbench_weight_decay(c.batch_size * c.accumulate);
     if (!given.count("--norm-weight-decay")) c.norm_weight_decay = c.weight_decay / c.norm_lr_scale;
   }
+  // A flag that the chosen configuration would ignore is refused, not silently dropped.
+  const struct {
+    std::initializer_list<const char*> flags;
+    bool applies;
+    const char* where;
+  } applies_only[] = {
+      {{"--lr-start", "--lr-end"}, c.lr_schedule == "triangle", "--lr-schedule triangle"},
+      {{"--warmup"}, c.lr_schedule != "constant", "--lr-schedule onecycle or triangle"},
+      {{"--ema-every", "--ema-rate"}, c.ema, "--ema"},
+      {{"--init-scale", "--growth-interval"}, c.precision == "fp16", "--precision fp16 (the loss scaler)"},
+      {{"--crop-pad", "--pad-mode", "--flip"}, c.augment, "--augment"},
+      {{"--momentum"}, c.optimizer == "sgd", "--optimizer sgd"},
+      {{"--whiten-images"}, c.model == "airbench94", "--model airbench94"},
+  };
+  for (const auto& rule : applies_only)
+    for (const char* flag : rule.flags)
+      if (given.count(flag) && !rule.applies) usage_error(std::string(flag) + " applies with " + rule.where + " only");
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
   if (c.checkpoint_every > 0 && c.checkpoint.empty()) usage_error("--checkpoint-every needs --checkpoint FILE");
   if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");

@@ -411,3 +411,45 @@ TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench der
   CHECK_FALSE(both.tta);
   CHECK(parse({"--recipe", "airbench94", "--norm-lr-scale", "8"}).norm_weight_decay == Approx(1.36236522 / 8));
 }
+
+TEST_CASE("trainer flags: a parameter frozen again takes the later epochs; a flag made pointless is refused",
+          "[airbench][cli]") {
+  auto parse = [](std::vector<std::string> words) {
+    words.insert(words.begin(), "trainer");
+    std::vector<const char*> argv;
+    for (const std::string& w : words) argv.push_back(w.c_str());
+    return models::parse_trainer_args(static_cast<int>(argv.size()), argv.data());
+  };
+  using Freeze = std::vector<std::pair<std::string, double>>;
+  CHECK(parse({"--recipe", "airbench94"}).freeze_after == Freeze{{"0.bias", 3.0}});
+  // The command line overrides the recipe's epochs for the same parameter, wherever it stands.
+  CHECK(parse({"--freeze-after", "0.bias=5", "--recipe", "airbench94"}).freeze_after == Freeze{{"0.bias", 5.0}});
+  CHECK(parse({"--recipe", "airbench94", "--freeze-after", "2.bias=1"}).freeze_after ==
+        Freeze{{"0.bias", 3.0}, {"2.bias", 1.0}});
+  CHECK(parse({"--freeze-after", "a=1", "--freeze-after", "b=2", "--freeze-after", "a=4"}).freeze_after ==
+        Freeze{{"b", 2.0}, {"a", 4.0}});
+  // Each of these would be ignored by the configuration it is given with.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> pointless = {
+      {{"--lr-end", "0.1"}, "--lr-end applies with --lr-schedule triangle only"},
+      {{"--recipe", "airbench94", "--lr-schedule", "onecycle", "--lr-start", "0.1"}, "--lr-start applies with"},
+      {{"--warmup", "0.3"}, "--warmup applies with --lr-schedule onecycle or triangle only"},
+      {{"--ema-rate", "0.9"}, "--ema-rate applies with --ema only"},
+      {{"--recipe", "airbench94", "--no-ema", "--ema-every", "3"}, "--ema-every applies with --ema only"},
+      {{"--precision", "bf16", "--init-scale", "8"}, "--init-scale applies with --precision fp16"},
+      {{"--recipe", "airbench94", "--no-augment", "--flip", "none"}, "--flip applies with --augment only"},
+      {{"--momentum", "0.5"}, "--momentum applies with --optimizer sgd only"},
+      {{"--whiten-images", "10"}, "--whiten-images applies with --model airbench94 only"},
+  };
+  for (const auto& [words, message] : pointless) {
+    INFO(message);
+    CHECK_THROWS_WITH(parse(words), Catch::Contains(message));
+  }
+  // The same flags where they apply.
+  CHECK(parse({"--lr-schedule", "triangle", "--lr-end", "0.1"}).lr_end == 0.1);
+  CHECK(parse({"--lr-schedule", "onecycle", "--warmup", "0.3"}).warmup == 0.3);
+  CHECK(parse({"--ema", "--ema-rate", "0.9"}).ema_rate == 0.9);
+  CHECK(parse({"--init-scale", "8"}).init_scale == 8);
+  CHECK(parse({"--recipe", "airbench94", "--flip", "none"}).flip == "none");
+  CHECK(parse({"--optimizer", "sgd", "--momentum", "0.5"}).momentum == 0.5);
+  CHECK(parse({"--recipe", "airbench94", "--whiten-images", "10"}).whiten_images == 10);
+}

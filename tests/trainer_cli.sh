@@ -30,6 +30,7 @@ expect 2 "--freeze-after expects PARAMETER=EPOCHS" -- --freeze-after 0.bias
 expect 2 "--flip must be one of random, alternating, none" -- --flip sideways
 expect 2 "--lr-schedule triangle needs --warmup above 0" -- --lr-schedule triangle --warmup 0
 expect 2 "--ema-rate expects a number from 0 to 1" -- --ema-rate 1.5
+expect 2 "--warmup applies with --lr-schedule onecycle or triangle only" -- --warmup 0.3
 expect 2 "--freeze-after: simplecnn has no parameter 'nope'" -- --device cpu --synthetic --synthetic-size 100 --freeze-after nope=1
 expect 2 "--precision must be one of fp32, fp16, bf16" -- --precision fp8
 expect 2 "--eval-only needs --resume" -- --eval-only
@@ -105,6 +106,7 @@ else fail "--accumulate 3 output: $out"; fi
 if cmp -s "$work/acc_straight.ckpt" "$work/acc_resumed.ckpt"; then pass "--accumulate resume is bit-identical"
 else fail "--accumulate resumed checkpoint differs"; fi
 expect 1 "was trained with --accumulate 3, not 2" -- "${acc[@]}" --accumulate 2 --resume "$work/acc_part.ckpt"
+expect 1 "was trained with --batch-size 64, not 32" -- "${acc[@]}" --batch-size 32 --resume "$work/acc_part.ckpt"
 expect 2 "--accumulate expects an integer >= 1" -- --accumulate 0
 
 # 8-bit optimizer state: the quantised moments are in the checkpoint, so a resume is exact;
