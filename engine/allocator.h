@@ -25,7 +25,8 @@ Allocator& allocator_for(Device d);
 void register_cuda_allocator(Allocator* a);
 
 // The CPU's allocator: freed blocks are cached by size and handed out again (allocator.cpp).
-// The cache may hold min_cache_bound bytes, or up to the peak of live bytes when that is more.
+// The cache may hold min_cache_bound bytes, or up to twice the peak of live bytes when that is
+// more.
 class CpuCachingAllocator final : public Allocator {
  public:
   explicit CpuCachingAllocator(size_t min_cache_bound = size_t(256) << 20);
