@@ -23,6 +23,13 @@ average and evaluated, with the share of weights a step left bit-identical). A r
 "time_shared": true by hand (its run shared the machine with other work) keeps its accuracy in
 the table and drops out of the times.
 
+Ablations of our recipe, one piece off at a time (--systems ours --ablate PIECE, rows listed
+apart with their mean against the recipe's over the same seeds): no-whiten (the first layer
+learned from its default init), no-dirac, no-lookahead, no-label-smoothing, random-flip (a coin
+per image each epoch instead of alternating), no-translate, norm-lr-1 (batch-norm shifts at the
+common lr), bias-all-epochs (the whitening bias never frozen). Test-time augmentation needs no
+run of its own: every row has the accuracy without it.
+
 The twin (train_twin) is the recipe in plain PyTorch: nn.Sequential from bench/pytorch_models.py,
 SGD with two parameter groups, a hand-written triangle schedule and lookahead, the batch built
 on the whole resident data set (alternating flips, reflect-padded random translation), and
@@ -48,6 +55,18 @@ BATCH, EPOCHS, LABEL_SMOOTHING, WHITEN_IMAGES, WHITEN_EPS = 1024, 9.9, 0.2, 5000
 WHITEN_BIAS_EPOCHS, EMA_EVERY, EMA_RATE = 3, 5, 0.95
 LR_START, LR_PEAK_AT, LR_END = 0.2, 0.23, 0.07
 
+# --ablate: each piece of the recipe off, as our trainer's flags (docs/airbench.md).
+ABLATIONS = {
+    "no-whiten": ["--no-whiten"],
+    "no-dirac": ["--no-dirac"],
+    "no-lookahead": ["--no-ema"],
+    "no-label-smoothing": ["--label-smoothing", "0"],
+    "random-flip": ["--flip", "random"],
+    "no-translate": ["--crop-pad", "0"],
+    "norm-lr-1": ["--norm-lr-scale", "1"],
+    "bias-all-epochs": ["--freeze-after", "0.bias=1000"],
+}
+
 
 def parse_seeds(s):
     out = []
@@ -67,6 +86,7 @@ def parse_seeds(s):
 def run_ours(a, precision, seed, log):
     cmd = [os.path.join(a.build, "trainer"), "--recipe", "airbench94", "--device", "cpu", "--precision", precision,
            "--seed", str(seed), "--threads", str(a.threads), "--log", log, "--cache", a.cache, "--epochs", str(a.epochs)]
+    cmd += ABLATIONS.get(a.ablate, [])
     if a.data:
         cmd += ["--data", a.data]
     if os.path.exists(log):
@@ -306,7 +326,7 @@ def load_results(path):
 
 def key(r):
     return (r["system"], r["precision"], r["seed"], r.get("epochs", EPOCHS), r.get("channels_last", False),
-            r.get("weights", "fp32"), r.get("stop_after_epochs"))
+            r.get("weights", "fp32"), r.get("stop_after_epochs"), r.get("ablation"))
 
 
 def variant(r):
@@ -319,6 +339,8 @@ def variant(r):
         parts.append(f"stopped after {k} epoch{'s' if k != 1 else ''}")
     if r.get("epochs", EPOCHS) != EPOCHS:
         parts.append(f"{r['epochs']:g}-epoch schedule")
+    if r.get("ablation"):
+        parts.append(f"ablation {r['ablation']}")
     return ", ".join(parts)
 
 
@@ -357,6 +379,14 @@ def table(rows):
             f"seed {r['seed']}: {r['tta_accuracy']:.2f}% TTA, {r['accuracy']:.2f}% plain"
             + (f", {100 * r['unchanged_fraction']:.1f}% of weights unchanged a step" if r.get("unchanged_fraction") is not None else "")
             for r in rs))
+        if rs[0].get("ablation"):  # against the recipe's runs of the same seeds
+            recipe = {r["seed"]: r for r in by.get((system, prec), [])}
+            paired = [r for r in rs if r["seed"] in recipe]
+            if paired:
+                off = statistics.mean(r["tta_accuracy"] for r in paired)
+                on = statistics.mean(recipe[r["seed"]]["tta_accuracy"] for r in paired)
+                print(f"    {len(paired)} seed{'s' if len(paired) != 1 else ''}: {off:.2f} without the piece, "
+                      f"{on:.2f} with it: the piece buys {on - off:+.2f} points")
     fp32 = by.get(("ours", "fp32"))
     for prec in ("fp16", "bf16"):
         o = by.get(("ours", prec))
@@ -408,6 +438,8 @@ def main():
     ap.add_argument("--twin-fp16-anyway", action="store_true",
                     help="run the twin's fp16 even on a CPU without AVX512-FP16 (where a step of PyTorch's "
                          "CPU fp16 took about 18x its fp32's)")
+    ap.add_argument("--ablate", choices=sorted(ABLATIONS), default=None,
+                    help="our recipe with this piece off (--systems ours; rows listed apart)")
     ap.add_argument("--log-dir", default=os.path.join(ROOT, "build", "airbench"), help="our trainer's JSON logs")
     ap.add_argument("--table", action="store_true", help="print the table of --results and exit")
     a = ap.parse_args()
@@ -429,6 +461,8 @@ def main():
             sys.exit(f"error: --precisions expects fp32, bf16, fp16, got '{p}'")
     if "ours" in systems and (a.stop_after_epochs is not None or a.twin_weights != "fp32"):
         sys.exit("error: --stop-after-epochs and --twin-weights are the twin's diagnostics (--systems twin)")
+    if a.ablate and systems != ["ours"]:
+        sys.exit("error: --ablate switches off a piece of our recipe (--systems ours)")
     fp16_ok = "avx512_fp16" in cpu_info()[1] or a.twin_fp16_anyway
     splits = None
     done = {key(r) for r in load_results(a.results)}
@@ -439,7 +473,8 @@ def main():
                 run = {"system": system, "precision": prec, "seed": seed, "epochs": a.epochs,
                        "channels_last": a.channels_last if twin else False,
                        "weights": a.twin_weights if twin and prec != "fp32" else "fp32",
-                       "stop_after_epochs": a.stop_after_epochs if twin else None}
+                       "stop_after_epochs": a.stop_after_epochs if twin else None,
+                       "ablation": None if twin else a.ablate}
                 if key(run) in done:
                     continue
                 if twin and prec == "fp16" and not fp16_ok:
@@ -450,7 +485,7 @@ def main():
                     continue
                 print(f"[{time.strftime('%H:%M:%S')}] {system} {prec} seed {seed} ...", flush=True)
                 if system == "ours":
-                    log = os.path.join(a.log_dir, f"ours-{prec}-{seed}.jsonl")
+                    log = os.path.join(a.log_dir, f"ours-{prec}-{seed}{'-' + a.ablate if a.ablate else ''}.jsonl")
                     r = run_ours(a, prec, seed, log)
                 else:
                     if splits is None:

@@ -23,12 +23,11 @@ thread_local MemKind t_mem_kind = MemKind::Activations;
 // allocator does: a training step allocates the same sizes every time, so from the second
 // step on it takes no memory from the system and touches no fresh pages (a fresh page costs
 // a page fault). The counts by kind are of live tensors, cached blocks excluded. The cache is
-// bounded by twice the program's own high-water mark of live bytes (at least min_cache_bound):
-// a step's blocks add up to more than its peak (a temporary freed before the peak is cached
-// while the peak's blocks are live), and with the bound at the peak itself airbench94 at
-// batch 256 took 40 blocks a step from the system. Past the bound, the sizes unused for
-// longest go back to the system first, so a program never holds more than three times its
-// peak and a long-lived one keeps caching the shapes it uses now.
+// bounded by twice the program's own high-water mark of live bytes (or min_cache_bound, if
+// more): a step's blocks add up to more than its peak, since temporaries freed before the
+// peak stay cached while the peak's blocks are live. Past the bound, the sizes unused for
+// longest go back to the system first, so a long-lived program keeps caching the shapes it
+// uses now.
 CpuCachingAllocator::CpuCachingAllocator(size_t min_cache_bound) : min_cache_bound_(min_cache_bound) {}
 
 void* CpuCachingAllocator::allocate(size_t bytes, MemKind kind) {

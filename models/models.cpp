@@ -191,11 +191,11 @@ std::shared_ptr<Module> resnet9(int classes) {
   return net;
 }
 
-std::shared_ptr<Module> airbench94(int classes) {
+std::shared_ptr<Module> airbench94(int classes, bool dirac) {
   // conv (Dirac) -> pool -> BN -> GELU -> conv (Dirac) -> BN -> GELU.
-  auto conv = [](int64_t in, int64_t out) {
+  auto conv = [dirac](int64_t in, int64_t out) {
     auto c = make_shared<engine::Conv2d>(in, out, 3, 1, 1, false);
-    engine::dirac_init(*c);
+    if (dirac) engine::dirac_init(*c);
     return c;
   };
   auto bn = [](int64_t ch) { return make_shared<engine::BatchNorm2d>(ch, 0.4, 1e-12, false); };

@@ -250,7 +250,12 @@ struct Training {
 
 Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
   Training t;
-  t.model = models::make_model(cfg.model, classes);
+  t.model = cfg.model == "airbench94" ? models::airbench94(classes, cfg.dirac) : models::make_model(cfg.model, classes);
+  if (cfg.model == "airbench94" && !cfg.whiten) {  // --no-whiten: the first layer learns like the others
+    for (auto& [path, p] : t.model->named_parameters())
+      if (path == "0.weight") p->set_trainable(true);
+    std::fprintf(stderr, "--no-whiten: the first layer learns from its default init\n");
+  }
   t.layers = models::named_layers(*t.model, cfg.model);
   for (const auto& l : t.layers) t.hooks.names[l.module] = l.name;
   for (const std::string& name : cfg.fp32_layers) {
@@ -777,7 +782,7 @@ int run(const Config& cfg) {
   const kernels::AugmentConfig norm = models::input_normalisation(cfg.model);
   // airbench94's first layer is computed from training images (a resumed or imported run has
   // its weights): the sample is drawn here, while the host copy of the set is at hand.
-  const bool whiten = cfg.model == "airbench94" && cfg.resume.empty() && cfg.init_from.empty();
+  const bool whiten = cfg.model == "airbench94" && cfg.whiten && cfg.resume.empty() && cfg.init_from.empty();
   data::Dataset whiten_sample;
   int classes = 0;
   const Data data = load_data(cfg, device, [&](const data::Dataset& train, int n_classes) {

@@ -169,6 +169,8 @@ Runs:
                           two translated views (reflect-pad 1, crops at (0,0) and (2,2)),
                           each mirror-averaged                       [off; --no-tta]
   --whiten-images N       airbench94: the whitening layer from N training images [5000]
+  --no-whiten             airbench94 ablation: the first layer learned from the default init
+  --no-dirac              airbench94 ablation: the 3x3 convolutions not started as identities
   --log FILE              metrics as JSON lines
   --log-every N           progress line every N steps                [100]
   --threads N             CPU threads                                [all cores]
@@ -324,8 +326,12 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       c.detect_anomaly = inline_value ? "strict" : "on";
     } else if (arg == "--nesterov" || arg == "--augment" || arg == "--eval-only" || arg == "--no-augment" ||
                arg == "--synthetic" || arg == "--deterministic" || arg == "--sync-bn" || arg == "--drop-last" ||
-               arg == "--ema" || arg == "--tta" || arg == "--no-ema" || arg == "--no-tta") {
+               arg == "--ema" || arg == "--tta" || arg == "--no-ema" || arg == "--no-tta" || arg == "--no-whiten" ||
+               arg == "--no-dirac") {
       if (inline_value) usage_error(arg + " takes no value");
+      given.insert(arg);
+      if (arg == "--no-whiten") c.whiten = false;
+      if (arg == "--no-dirac") c.dirac = false;
       if (arg == "--drop-last") c.drop_last = true;
       if (arg == "--ema" || arg == "--no-ema") c.ema = arg == "--ema";
       if (arg == "--tta" || arg == "--no-tta") c.tta = arg == "--tta";
@@ -364,11 +370,12 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
       {{"--init-scale", "--growth-interval"}, c.precision == "fp16", "--precision fp16 (the loss scaler)"},
       {{"--crop-pad", "--pad-mode", "--flip"}, c.augment, "--augment"},
       {{"--momentum"}, c.optimizer == "sgd", "--optimizer sgd"},
-      {{"--whiten-images"}, c.model == "airbench94", "--model airbench94"},
+      {{"--no-whiten", "--no-dirac"}, c.model == "airbench94", "--model airbench94"},
+      {{"--whiten-images"}, c.model == "airbench94" && c.whiten, "--model airbench94 and its whitening layer"},
   };
   for (const auto& rule : applies_only)
     for (const char* flag : rule.flags)
-      if (given.count(flag) && !rule.applies) usage_error(std::string(flag) + " applies with " + rule.where + " only");
+      if (given.count(flag) && !rule.applies) usage_error(std::string(flag) + " applies to " + rule.where + " only");
   if (c.eval_only && c.resume.empty()) usage_error("--eval-only needs --resume FILE");
   if (c.checkpoint_every > 0 && c.checkpoint.empty()) usage_error("--checkpoint-every needs --checkpoint FILE");
   if (!c.export_path.empty() && c.resume.empty()) usage_error("--export needs --resume FILE (the checkpoint to export)");
@@ -379,7 +386,10 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
   if (!c.export_path.empty() && (c.export_path == c.resume || c.export_path == c.checkpoint))
     usage_error("--export FILE must not overwrite the checkpoint it reads");
   if (!c.init_from.empty() && !c.resume.empty()) usage_error("--init-from starts a new run; --resume continues one: give one");
-  if (c.nesterov && c.optimizer != "sgd") usage_error("--nesterov applies to --optimizer sgd only");
+  if (c.nesterov && c.optimizer != "sgd") {  // the recipe's Nesterov goes with its SGD
+    if (given.count("--nesterov")) usage_error("--nesterov applies to --optimizer sgd only");
+    c.nesterov = false;
+  }
   if (c.nesterov && c.momentum == 0) usage_error("--nesterov needs --momentum > 0");
   if (c.label_smoothing >= 1) usage_error("--label-smoothing must be below 1");
   if (c.warmup >= 1) usage_error("--warmup must be below 1");

@@ -38,6 +38,8 @@ struct TrainerConfig {
   double norm_weight_decay = -1.0;  // and this weight decay (< 0: --weight-decay)
   std::vector<std::pair<std::string, double>> freeze_after;  // parameter, epochs it trains for
   int64_t whiten_images = 5000;     // airbench94: images the whitening layer is computed from
+  bool whiten = true;               // airbench94: false learns the first layer from its default init
+  bool dirac = true;                // airbench94: false leaves the 3x3 convolutions at the default init
   double clip_grad_norm = 0.0;      // 0: no clipping
   bool augment = false;
   int64_t crop_pad = 4;             // --augment: random crops from the image padded this much

@@ -377,6 +377,42 @@ TEST_CASE("airbench94: its layers, frozen whitening weights, Dirac convs, 1x1 ou
   CHECK(models::input_normalisation("simplecnn").scale[0] == Approx(2.0 / 255));
 }
 
+TEST_CASE("airbench94 without Dirac init (the --no-dirac ablation) differs only in the identity filters", "[airbench][models]") {
+  engine::manual_seed(12);
+  auto with = models::airbench94(10, true);
+  engine::manual_seed(12);
+  auto without = models::airbench94(10, false);
+  const auto a = with->named_parameters(), b = without->named_parameters();
+  REQUIRE(a.size() == b.size());
+  int convs = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].first);
+    const std::vector<double> wa = a[i].second->master.to_vector(), wb = b[i].second->master.to_vector();
+    const engine::Shape& s = a[i].second->master.shape();
+    if (s.size() != 4 || s[1] != 3) {  // everything but the 3x3 convolutions: the same draws
+      CHECK(wa == wb);
+      continue;
+    }
+    ++convs;
+    // [out, 3, 3, in]: filters o < in are the identity with Dirac init and random without;
+    // the others are the same draws in both.
+    const int64_t in = s[3], per_filter = 9 * in;
+    int64_t identity_filters = 0, same_rest = 0;
+    for (int64_t o = 0; o < s[0]; ++o) {
+      const bool same = std::equal(wa.begin() + o * per_filter, wa.begin() + (o + 1) * per_filter, wb.begin() + o * per_filter);
+      if (o < in) {
+        const double centre = wa[static_cast<size_t>(o * per_filter + 4 * in + o)];
+        identity_filters += centre == 1.0 && !same;
+      } else {
+        same_rest += same;
+      }
+    }
+    CHECK(identity_filters == in);
+    CHECK(same_rest == s[0] - in);
+  }
+  CHECK(convs == 6);
+}
+
 TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench derives them; --no-ema, --no-tta", "[airbench][cli]") {
   // Named arrays, not initializer-list temporaries: GCC 12's -O1 ASan build read a stale
   // pointer from a braced list passed by value to a lambda (SIGSEGV in CI).
@@ -414,10 +450,11 @@ TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench der
 
 TEST_CASE("trainer flags: a parameter frozen again takes the later epochs; a flag made pointless is refused",
           "[airbench][cli]") {
-  auto parse = [](std::vector<std::string> words) {
-    words.insert(words.begin(), "trainer");
+  auto parse = [](const std::vector<std::string>& words) {  // by reference: see the test above
+    std::vector<std::string> owned = {"trainer"};
+    owned.insert(owned.end(), words.begin(), words.end());
     std::vector<const char*> argv;
-    for (const std::string& w : words) argv.push_back(w.c_str());
+    for (const std::string& w : owned) argv.push_back(w.c_str());
     return models::parse_trainer_args(static_cast<int>(argv.size()), argv.data());
   };
   using Freeze = std::vector<std::pair<std::string, double>>;
@@ -430,15 +467,15 @@ TEST_CASE("trainer flags: a parameter frozen again takes the later epochs; a fla
         Freeze{{"b", 2.0}, {"a", 4.0}});
   // Each of these would be ignored by the configuration it is given with.
   const std::vector<std::pair<std::vector<std::string>, std::string>> pointless = {
-      {{"--lr-end", "0.1"}, "--lr-end applies with --lr-schedule triangle only"},
-      {{"--recipe", "airbench94", "--lr-schedule", "onecycle", "--lr-start", "0.1"}, "--lr-start applies with"},
-      {{"--warmup", "0.3"}, "--warmup applies with --lr-schedule onecycle or triangle only"},
-      {{"--ema-rate", "0.9"}, "--ema-rate applies with --ema only"},
-      {{"--recipe", "airbench94", "--no-ema", "--ema-every", "3"}, "--ema-every applies with --ema only"},
-      {{"--precision", "bf16", "--init-scale", "8"}, "--init-scale applies with --precision fp16"},
-      {{"--recipe", "airbench94", "--no-augment", "--flip", "none"}, "--flip applies with --augment only"},
-      {{"--momentum", "0.5"}, "--momentum applies with --optimizer sgd only"},
-      {{"--whiten-images", "10"}, "--whiten-images applies with --model airbench94 only"},
+      {{"--lr-end", "0.1"}, "--lr-end applies to --lr-schedule triangle only"},
+      {{"--recipe", "airbench94", "--lr-schedule", "onecycle", "--lr-start", "0.1"}, "--lr-start applies to"},
+      {{"--warmup", "0.3"}, "--warmup applies to --lr-schedule onecycle or triangle only"},
+      {{"--ema-rate", "0.9"}, "--ema-rate applies to --ema only"},
+      {{"--recipe", "airbench94", "--no-ema", "--ema-every", "3"}, "--ema-every applies to --ema only"},
+      {{"--precision", "bf16", "--init-scale", "8"}, "--init-scale applies to --precision fp16"},
+      {{"--recipe", "airbench94", "--no-augment", "--flip", "none"}, "--flip applies to --augment only"},
+      {{"--momentum", "0.5"}, "--momentum applies to --optimizer sgd only"},
+      {{"--whiten-images", "10"}, "--whiten-images applies to --model airbench94"},
   };
   for (const auto& [words, message] : pointless) {
     INFO(message);
@@ -452,4 +489,16 @@ TEST_CASE("trainer flags: a parameter frozen again takes the later epochs; a fla
   CHECK(parse({"--recipe", "airbench94", "--flip", "none"}).flip == "none");
   CHECK(parse({"--optimizer", "sgd", "--momentum", "0.5"}).momentum == 0.5);
   CHECK(parse({"--recipe", "airbench94", "--whiten-images", "10"}).whiten_images == 10);
+  // The recipe's Nesterov goes with its SGD: another optimizer drops it; given, it is refused.
+  CHECK_FALSE(parse({"--recipe", "airbench94", "--optimizer", "adam"}).nesterov);
+  CHECK_THROWS_WITH(parse({"--recipe", "airbench94", "--optimizer", "adam", "--nesterov"}),
+                    Catch::Contains("--nesterov applies to --optimizer sgd only"));
+  // The recipe's ablations: airbench94 only; without the whitening layer there is no sample.
+  const models::TrainerConfig ablated = parse({"--recipe", "airbench94", "--no-whiten", "--no-dirac"});
+  CHECK_FALSE(ablated.whiten);
+  CHECK_FALSE(ablated.dirac);
+  CHECK((parse({"--recipe", "airbench94"}).whiten && parse({"--recipe", "airbench94"}).dirac));
+  CHECK_THROWS_WITH(parse({"--no-dirac"}), Catch::Contains("--no-dirac applies to --model airbench94 only"));
+  CHECK_THROWS_WITH(parse({"--recipe", "airbench94", "--no-whiten", "--whiten-images", "10"}),
+                    Catch::Contains("--whiten-images applies to --model airbench94 and its whitening layer only"));
 }

@@ -64,31 +64,31 @@ TEST_CASE("the allocator counts current and peak bytes by kind", "[tensor][memor
 }
 
 TEST_CASE("the CPU cache, once full, gives up the sizes unused for longest", "[tensor][memory]") {
-  // A private allocator whose cache may hold 1 MiB (more than twice the peak of live bytes,
-  // 512 KiB, so the 1 MiB decides): four sizes a little under 256 KiB, each freed before the
-  // next is taken, fill it; freeing a 512 KiB block must evict the two oldest sizes rather
-  // than drop the newest block, which is what a long-lived process needs when its shapes
-  // change (a new model, another test).
+  // A private allocator whose cache may hold 1 MiB (twice the 512 KiB live peak below is 1 MiB
+  // too): four sizes of about 256 KiB, each freed before the next is taken, fill it; after the
+  // first is used again, freeing a 512 KiB block must evict the two sizes unused for longest
+  // rather than drop the newest block, which is what a long-lived process needs when its
+  // shapes change (a new model, another test).
   const size_t kib = 1024;
   engine::CpuCachingAllocator alloc(1024 * kib);
   const size_t sizes[4] = {256 * kib, 256 * kib - 64, 256 * kib - 128, 256 * kib - 192};
   for (size_t bytes : sizes) alloc.deallocate(alloc.allocate(bytes, MemKind::Activations), bytes, MemKind::Activations);
   CHECK(alloc.cached_bytes() == 1024 * kib - 384);
   const int64_t fresh0 = alloc.stats().system_allocations;
-  void* p = alloc.allocate(sizes[3], MemKind::Activations);  // a cache hit
+  void* p = alloc.allocate(sizes[0], MemKind::Activations);  // a cache hit: sizes[0] is now the newest
   CHECK(alloc.stats().system_allocations == fresh0);
-  CHECK(alloc.cached_bytes() == 768 * kib - 192);
-  alloc.deallocate(p, sizes[3], MemKind::Activations);
+  CHECK(alloc.cached_bytes() == 768 * kib - 384);
+  alloc.deallocate(p, sizes[0], MemKind::Activations);
   void* big = alloc.allocate(512 * kib, MemKind::Activations);
   alloc.deallocate(big, 512 * kib, MemKind::Activations);
-  // The two oldest sizes went (1 MiB - 384 + 512 KiB did not fit; without the first two it does).
-  CHECK(alloc.cached_bytes() == 512 * kib + sizes[2] + sizes[3]);
+  // sizes[1] and [2] went (1 MiB - 384 + 512 KiB did not fit; without those two it does).
+  CHECK(alloc.cached_bytes() == 512 * kib + sizes[0] + sizes[3]);
   CHECK(alloc.allocate(512 * kib, MemKind::Activations) == big);
-  CHECK(alloc.cached_bytes() == sizes[2] + sizes[3]);
+  CHECK(alloc.cached_bytes() == sizes[0] + sizes[3]);
   const int64_t fresh1 = alloc.stats().system_allocations;
-  void* gone = alloc.allocate(sizes[0], MemKind::Activations);  // evicted: from the system again
+  void* gone = alloc.allocate(sizes[1], MemKind::Activations);  // evicted: from the system again
   CHECK(alloc.stats().system_allocations == fresh1 + 1);
-  alloc.deallocate(gone, sizes[0], MemKind::Activations);
+  alloc.deallocate(gone, sizes[1], MemKind::Activations);
   alloc.deallocate(big, 512 * kib, MemKind::Activations);
   alloc.release_cached();
   CHECK(alloc.cached_bytes() == 0);
@@ -96,10 +96,9 @@ TEST_CASE("the CPU cache, once full, gives up the sizes unused for longest", "[t
 
 TEST_CASE("the CPU cache holds a step whose blocks add up to more than its peak", "[tensor][memory]") {
   // One "step": a and b live together (the peak, 800 KiB), a freed, then a temporary c taken
-  // and everything freed: 1,100 KiB of blocks for an 800 KiB peak, as a training step's
-  // temporaries freed before its peak add up. Bounded by the peak itself, the cache evicted
-  // a's and b's size when c came back, and every step took them from the system again
-  // (airbench94 at batch 256: 40 blocks a step). From the second step on: none.
+  // and everything freed: 1,100 KiB of blocks for an 800 KiB peak. Bounded by the peak itself,
+  // the cache evicted a's and b's size when c came back, and every step took them from the
+  // system again. From the second step on: none.
   const size_t kib = 1024;
   engine::CpuCachingAllocator alloc(64 * kib);
   int64_t fresh_after_first = 0;

@@ -30,7 +30,7 @@ expect 2 "--freeze-after expects PARAMETER=EPOCHS" -- --freeze-after 0.bias
 expect 2 "--flip must be one of random, alternating, none" -- --flip sideways
 expect 2 "--lr-schedule triangle needs --warmup above 0" -- --lr-schedule triangle --warmup 0
 expect 2 "--ema-rate expects a number from 0 to 1" -- --ema-rate 1.5
-expect 2 "--warmup applies with --lr-schedule onecycle or triangle only" -- --warmup 0.3
+expect 2 "--warmup applies to --lr-schedule onecycle or triangle only" -- --warmup 0.3
 expect 2 "--freeze-after: simplecnn has no parameter 'nope'" -- --device cpu --synthetic --synthetic-size 100 --freeze-after nope=1
 expect 2 "--precision must be one of fp32, fp16, bf16" -- --precision fp8
 expect 2 "--eval-only needs --resume" -- --eval-only
@@ -212,6 +212,13 @@ else fail "--recipe airbench94: the resumed checkpoint differs"; fi
 expect 1 "was trained with --ema; resume it with --ema" -- --model airbench94 --device cpu --synthetic \
   --synthetic-size 600 --batch-size 64 --optimizer sgd --resume "$work/ab_part.ckpt"
 expect 2 "--freeze-after: airbench94's parameter '0.weight' is frozen already" -- "${ab[@]}" --freeze-after 0.weight=1 --max-steps 1
+# The recipe's ablations: the first layer learned (no whitening sample, no whitening time).
+out=$("$trainer" --recipe airbench94 --device cpu --synthetic --synthetic-size 600 --batch-size 64 --precision bf16 \
+  --seed 5 --threads 2 --no-whiten --no-dirac --max-steps 2 2>&1); rc=$?
+if [ "$rc" = 0 ] && grep -q "^--no-whiten: the first layer learns from its default init" <<<"$out" &&
+   grep -q "(whitening 0.0 s" <<<"$out"; then pass "--no-whiten --no-dirac: the ablated recipe trains"
+else fail "--no-whiten --no-dirac: exit $rc: $(tail -3 <<<"$out")"; fi
+expect 2 "--no-dirac applies to --model airbench94 only" -- --no-dirac
 # Each flag overrides the recipe's value wherever it stands.
 out=$("$trainer" --momentum 0.5 "${ab[@]}" --max-steps 1 --lr 0.25 2>&1)
 if grep -q "optimizer sgd lr 0.25" <<<"$out"; then pass "a flag overrides the recipe's value"
