@@ -485,7 +485,8 @@ def main():
                     continue
                 print(f"[{time.strftime('%H:%M:%S')}] {system} {prec} seed {seed} ...", flush=True)
                 if system == "ours":
-                    log = os.path.join(a.log_dir, f"ours-{prec}-{seed}{'-' + a.ablate if a.ablate else ''}.jsonl")
+                    tag = (f"-{a.epochs:g}ep" if a.epochs != EPOCHS else "") + (f"-{a.ablate}" if a.ablate else "")
+                    log = os.path.join(a.log_dir, f"ours-{prec}-{seed}{tag}.jsonl")
                     r = run_ours(a, prec, seed, log)
                 else:
                     if splits is None:
