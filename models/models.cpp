@@ -191,7 +191,7 @@ std::shared_ptr<Module> resnet9(int classes) {
   return net;
 }
 
-std::shared_ptr<Module> airbench94(int classes, bool dirac) {
+std::shared_ptr<Module> airbench94(int classes, bool dirac, bool whitened) {
   // conv (Dirac) -> pool -> BN -> GELU -> conv (Dirac) -> BN -> GELU.
   auto conv = [dirac](int64_t in, int64_t out) {
     auto c = make_shared<engine::Conv2d>(in, out, 3, 1, 1, false);
@@ -207,7 +207,7 @@ std::shared_ptr<Module> airbench94(int classes, bool dirac) {
   };
   auto whiten = make_shared<engine::Conv2d>(3, 24, 2, 1, 0, true);
   whiten->bias->master.zero();
-  whiten->weight->set_trainable(false);
+  whiten->weight->set_trainable(!whitened);
   auto net = make_shared<Sequential>();
   net->add(whiten).add(make_shared<engine::GELU>())
       .add(group(24, 64)).add(group(64, 256)).add(group(256, 256))

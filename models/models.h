@@ -57,8 +57,9 @@ std::shared_ptr<engine::Module> efficientnet_b0(int classes = 10);
 // learned scale, eps 1e-12, running-stat momentum 0.4; each conv Dirac on its first c_in
 // filters), maxpool 3, linear 256->10 without bias, logits times 1/9. The whitening weights
 // here are the default init until init_whitening runs, and its bias is zero.
-// dirac = false: the 3x3 convolutions keep their default init (an ablation of the recipe).
-std::shared_ptr<engine::Module> airbench94(int classes = 10, bool dirac = true);
+// Ablations of the recipe: dirac = false leaves the 3x3 convolutions at their default init;
+// whitened = false makes the first layer's weights trainable from their default init.
+std::shared_ptr<engine::Module> airbench94(int classes = 10, bool dirac = true, bool whitened = true);
 
 // The input normalisation each model trains with (kernels/augment_math.h's scale and shift):
 // airbench94 CIFAR-10's per-channel mean and std; the others [0, 255] -> [-1, 1].

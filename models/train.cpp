@@ -250,12 +250,9 @@ struct Training {
 
 Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
   Training t;
-  t.model = cfg.model == "airbench94" ? models::airbench94(classes, cfg.dirac) : models::make_model(cfg.model, classes);
-  if (cfg.model == "airbench94" && !cfg.whiten) {  // --no-whiten: the first layer learns like the others
-    for (auto& [path, p] : t.model->named_parameters())
-      if (path == "0.weight") p->set_trainable(true);
-    std::fprintf(stderr, "--no-whiten: the first layer learns from its default init\n");
-  }
+  t.model = cfg.model == "airbench94" ? models::airbench94(classes, cfg.dirac, cfg.whiten)
+                                       : models::make_model(cfg.model, classes);
+  if (cfg.model == "airbench94" && !cfg.whiten) std::fprintf(stderr, "--no-whiten: the first layer learns from its default init\n");
   t.layers = models::named_layers(*t.model, cfg.model);
   for (const auto& l : t.layers) t.hooks.names[l.module] = l.name;
   for (const std::string& name : cfg.fp32_layers) {

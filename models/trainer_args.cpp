@@ -238,7 +238,7 @@ TrainerConfig parse_trainer_args(int argc, const char* const* argv) {
     const double epochs = to_double("--freeze-after", v.substr(eq + 1), 0, false);
     auto& list = c.freeze_after;
     list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& entry) { return entry.first == name; }), list.end());
-    c.freeze_after.emplace_back(name, epochs);
+    list.emplace_back(name, epochs);
   };
   valued["--lr-start"] = [&](const std::string& v) { c.lr_start = to_double("--lr-start", v, 0, false); };
   valued["--lr-end"] = [&](const std::string& v) { c.lr_end = to_double("--lr-end", v, 0, false); };

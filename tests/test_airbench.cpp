@@ -411,6 +411,9 @@ TEST_CASE("airbench94 without Dirac init (the --no-dirac ablation) differs only 
     CHECK(same_rest == s[0] - in);
   }
   CHECK(convs == 6);
+  // --no-whiten: the first layer's weights learn (frozen in the recipe).
+  CHECK_FALSE(with->named_parameters().front().second->trainable);
+  CHECK(models::airbench94(10, true, false)->named_parameters().front().second->trainable);
 }
 
 TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench derives them; --no-ema, --no-tta", "[airbench][cli]") {
