@@ -87,6 +87,12 @@ int main(int argc, char** argv) {
       {"resnet9 64->128 3x3", batch, 32, 32, 64, 128, 3, 1, 1},
       {"resnet9 128->256 3x3", batch, 16, 16, 128, 256, 3, 1, 1},
       {"resnet9 256->512 3x3", batch, 8, 8, 256, 512, 3, 1, 1},
+      // airbench94's convolutions after its 2x2 whitening layer (31 x 31, then max-pool 2 each group)
+      {"airbench 24->64 31x31", batch, 31, 31, 24, 64, 3, 1, 1},
+      {"airbench 64->64 15x15", batch, 15, 15, 64, 64, 3, 1, 1},
+      {"airbench 64->256 15x15", batch, 15, 15, 64, 256, 3, 1, 1},
+      {"airbench 256->256 7x7", batch, 7, 7, 256, 256, 3, 1, 1},
+      {"airbench 256->256 3x3", batch, 3, 3, 256, 256, 3, 1, 1},
   };
   kernels::cpu::TileUnit unit = kernels::cpu::TileUnit::Emulated;
   if (bf16_route != kernels::cpu::TileRoute::Auto && !kernels::cpu::bf16_tile_unit(&unit)) {

@@ -10,6 +10,7 @@
 #include "catch2/catch.hpp"
 #include "engine/ops.h"
 #include "engine/tape.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/vector_math.h"
 
 namespace kc = kernels::cpu;
@@ -114,4 +115,47 @@ TEST_CASE("the GELU op on the CPU runs the vector form in every storage type", "
       REQUIRE(gv[i] == g_want);
     }
   }
+}
+
+// The FP16/BF16 GELU reads tables (kernels/cpu/gelu_table.h): for every one of the 65,536 inputs
+// the kernels must give the bits the polynomial path gives, forward and, for gradients of every
+// size, backward; and the forward must be GELU rounded to the type, within the float path's few
+// ulps (a result next to the correctly rounded one only where the exact value is that close to
+// a midpoint of the type).
+template <class T> void check_gelu16_table_all_inputs() {
+  std::vector<T> x(65536), y(65536), gx(65536), gy(65536);
+  for (uint32_t b = 0; b < 65536; ++b) x[b] = T::from_bits(static_cast<uint16_t>(b));
+  kc::unary_forward<kernels::GeluOp, T>(x.data(), y.data(), 65536);
+  int64_t off_by_more = 0;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float xf = kernels::load_simd(x[b]);
+    REQUIRE(y[b].bits == kernels::store_simd<T>(kc::gelu_fwd_vec(xf)).bits);
+    if (!std::isfinite(xf)) continue;
+    const double want = double(xf) * cdf64(double(xf)), got = kernels::load_simd(y[b]);
+    // Half a step of T at the result, plus the float path's 4 ulps, plus 2^-126: the float
+    // exp gives 0 below the normal floats (exp_parts), so GELU(x < -13.2), a BF16 subnormal, is -0.
+    const uint16_t mag = static_cast<uint16_t>(y[b].bits & 0x7FFF);
+    const double step = std::fabs(double(kernels::load_simd(T::from_bits(static_cast<uint16_t>(mag + 1)))) -
+                                  double(kernels::load_simd(T::from_bits(mag))));
+    if (std::isfinite(got) && std::fabs(got - want) > 0.5 * step + 4 * std::fabs(want) * 0x1p-24 + 0x1p-126)
+      ++off_by_more;
+  }
+  CHECK(off_by_more == 0);
+  for (float g : {1.0f, -3.5f, 1e-3f, 6.0e4f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    INFO("gy " << g);
+    std::fill(gy.begin(), gy.end(), kernels::store_simd<T>(g));
+    kc::unary_backward<kernels::GeluOp, T>(x.data(), gy.data(), gx.data(), 65536);
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const T want = kernels::store_simd<T>(kc::gelu_bwd_vec(kernels::load_simd(x[b]), kernels::load_simd(gy[b])));
+      // A NaN's sign and payload are not the result's: of two NaN operands either may be the
+      // one the product keeps (the compiler may order the vector multiply either way).
+      const bool both_nan = std::isnan(kernels::load_simd(gx[b])) && std::isnan(kernels::load_simd(want));
+      REQUIRE((gx[b].bits == want.bits || both_nan));
+    }
+  }
+}
+
+TEST_CASE("GELU on FP16 and BF16 by table: the polynomial's bits for all 65,536 inputs", "[vector_math]") {
+  SECTION("bf16") { check_gelu16_table_all_inputs<kernels::bfloat16>(); }
+  SECTION("fp16") { check_gelu16_table_all_inputs<kernels::half>(); }
 }

@@ -10,6 +10,7 @@
 #include "kernels/element_math.h"
 #include "kernels/numeric.h"
 #include "kernels/optim_math.h"
+#include "kernels/cpu/gelu_table.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/shapes.h"
 
@@ -61,10 +62,15 @@ template <class T> void relu_backward(const T* x, const T* gy, T* gx, int64_t n,
   }
 }
 // Any unary op of kernels/element_math.h: y = Op::fwd(x), gx = Op::bwd(x, gy), in acc_t<T>.
-// GELU on float, FP16 and BF16 data runs kernels/cpu/vector_math.h's vectorising form of the
-// same function (libm's erf is one call per element); FP64 (gradient checks) keeps libm's.
+// GELU on float data runs kernels/cpu/vector_math.h's vectorising form of the same function
+// (libm's erf is one call per element), on FP16 and BF16 data its tables (gelu_table.h: the
+// same bits); FP64 (gradient checks) keeps libm's.
 template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, Stream = nullptr) {
-  if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<Op, GeluOp> && sizeof(T) == 2) {
+    const uint16_t* table = gelu16_table<T>().forward;
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = T::from_bits(table[x[i].bits]);
+  } else if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
 #pragma omp parallel for simd if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) y[i] = store_simd<T>(gelu_fwd_vec(load_simd(x[i])));
   } else {
@@ -73,7 +79,11 @@ template <class Op, class T> void unary_forward(const T* x, T* y, int64_t n, Str
   }
 }
 template <class Op, class T> void unary_backward(const T* x, const T* gy, T* gx, int64_t n, Stream = nullptr) {
-  if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<Op, GeluOp> && sizeof(T) == 2) {
+    const float* slope = gelu16_table<T>().slope;
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) gx[i] = store_simd<T>(load_simd(gy[i]) * slope[x[i].bits]);
+  } else if constexpr (std::is_same_v<Op, GeluOp> && !std::is_same_v<T, double>) {
 #pragma omp parallel for simd if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) gx[i] = store_simd<T>(gelu_bwd_vec(load_simd(x[i]), load_simd(gy[i])));
   } else {

@@ -86,11 +86,12 @@ inline float normal_cdf_vec(float x) {
 
 // GELU's exact form x Phi(x), and its derivative Phi(x) + x phi(x) times gy.
 inline float gelu_fwd_vec(float x) { return x * normal_cdf_vec(x); }
-inline float gelu_bwd_vec(float x, float gy) {
+inline float gelu_slope_vec(float x) {
   float hi, lo;
   minus_half_square(x, &hi, &lo);
   const float pdf = exp_parts(hi, lo) * 0.39894228040143267794f;  // 1 / sqrt(2 pi)
-  return gy * (normal_cdf_vec(x) + x * pdf);
+  return normal_cdf_vec(x) + x * pdf;
 }
+inline float gelu_bwd_vec(float x, float gy) { return gy * gelu_slope_vec(x); }
 
 }  // namespace kernels::cpu
