@@ -22,13 +22,10 @@ namespace {
 constexpr char kMagic[8] = {'M', 'P', 'C', 'N', 'N', 'C', 'K', 'P'};
 constexpr uint32_t kVersion = 1;
 
-uint64_t fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+// The checksum starts from FNV's basis with its last digit lost (1469598103934665603, not
+// ...6037): every checkpoint written so far carries it, so it stays.
+uint64_t checkpoint_checksum(const std::string& payload) {
+  return fnv1a(1469598103934665603ull, payload.data(), payload.size());
 }
 
 template <class V> void put_pod(std::string& out, V v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
@@ -123,7 +120,7 @@ void save_checkpoint(const std::string& path, const StateDict& state) {
   put_pod<uint32_t>(file, kVersion);
   put_pod<uint64_t>(file, payload.size());
   file += payload;
-  put_pod<uint64_t>(file, fnv1a(payload));
+  put_pod<uint64_t>(file, checkpoint_checksum(payload));
 
   write_file_atomically(path, file, "checkpoint");
 }
@@ -192,7 +189,7 @@ StateDict parse_checkpoint(const std::string& file, const std::string& path) {
   const std::string payload = file.substr(header, payload_size);
   uint64_t stored;
   std::memcpy(&stored, file.data() + header + payload_size, sizeof stored);
-  ENGINE_CHECK(stored == fnv1a(payload), "checkpoint " << path << " is corrupt (checksum mismatch)");
+  ENGINE_CHECK(stored == checkpoint_checksum(payload), "checkpoint " << path << " is corrupt (checksum mismatch)");
 
   StateDict state;
   Reader r{payload, 0, path};
@@ -227,6 +224,12 @@ void load_into(Tensor& dst, const StateDict& state, const std::string& name) {
   ENGINE_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(),
                "checkpoint tensor '" << name << "' is " << src.desc() << ", the model expects " << dst.desc());
   dst.copy_from(src);
+}
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace engine

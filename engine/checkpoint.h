@@ -3,6 +3,8 @@
 // interrupted write never leaves a bad checkpoint behind.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -35,5 +37,10 @@ StateDict parse_checkpoint(const std::string& bytes, const std::string& path);
 
 // Copies a saved tensor into `dst` (any device), checking shape and dtype.
 void load_into(Tensor& dst, const StateDict& state, const std::string& name);
+
+// FNV-1a, 64 bits: the hash h carried over n more bytes. From kFnv1aBasis it is the standard
+// hash; the checkpoint's checksum and the replicas' model checksum (distributed.cpp) use it.
+inline constexpr uint64_t kFnv1aBasis = 14695981039346656037ull;
+uint64_t fnv1a(uint64_t h, const void* data, size_t n);
 
 }  // namespace engine

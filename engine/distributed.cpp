@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "kernels/numeric.h"
 
@@ -331,18 +332,12 @@ void broadcast_state(StateDict& sd, const char* what) {
   }
 }
 
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 uint64_t module_checksum(const Module& m) {
   StateDict sd;
   m.save_state(sd);
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = kFnv1aBasis;
   for (const auto& [name, t] : sd.tensors) {
     h = fnv1a(h, name.data(), name.size());
     h = fnv1a(h, t.raw(), t.nbytes());

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
-#include <typeinfo>
 
 #include "engine/autocast.h"
 #include "engine/ops_internal.h"
@@ -57,6 +56,10 @@ void Module::set_fp32_region() {
     ENGINE_CHECK(p->value.same_storage(p->master), "set_fp32_region: call it before set_compute_dtype");
   fp32_region_ = true;
   for (auto& p : parameters()) p->follows_compute_dtype = false;
+}
+
+Tensor Module::forward_relu(const Tensor&) {
+  ENGINE_FAIL(describe() << " has no fused form with a following ReLU (fuses_relu() is false)");
 }
 
 Tensor Module::forward_watched(const Tensor& x) {
@@ -225,6 +228,9 @@ bool Conv2d::fold_affine(const std::vector<double>& scale, const std::vector<dou
 Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight->value, bias ? bias->value : Tensor(), stride, pad, groups);
 }
+Tensor Conv2d::forward_relu(const Tensor& x) {
+  return conv2d_relu(x, weight->value, bias ? bias->value : Tensor(), stride, pad, groups);
+}
 
 std::string Conv2d::describe() const {
   std::ostringstream os;
@@ -264,6 +270,7 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) {
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight->value, bias ? bias->value : Tensor()); }
+Tensor Linear::forward_relu(const Tensor& x) { return linear_relu(x, weight->value, bias ? bias->value : Tensor()); }
 
 std::string Linear::describe() const {
   const Shape& s = weight->master.shape();
@@ -376,20 +383,11 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   for (size_t i = 0; i < children_.size(); ++i) {
     Module& m = *children_[i].second;
-    // A Conv2d or Linear followed by a ReLU runs as one op (the ReLU in the kernels' store),
-    // except where numerics hooks or FP32 regions must see each module on its own.
+    // A module that fuses a following ReLU (Conv2d, Linear) runs with it as one op, except
+    // where numerics hooks or FP32 regions must see each module on its own.
     Module* next = i + 1 < children_.size() ? children_[i + 1].second.get() : nullptr;
-    // Exact types only: a subclass may do something else in forward.
-    const bool fusable = next && typeid(*next) == typeid(ReLU) && !numerics_hooks() && !m.fp32_region() &&
-                         !next->fp32_region();
-    if (auto* conv = fusable && typeid(m) == typeid(Conv2d) ? static_cast<Conv2d*>(&m) : nullptr) {
-      h = conv2d_relu(h, conv->weight->value, conv->bias ? conv->bias->value : Tensor(), conv->stride, conv->pad,
-                      conv->groups);
-      ++i;
-      continue;
-    }
-    if (auto* lin = fusable && typeid(m) == typeid(Linear) ? static_cast<Linear*>(&m) : nullptr) {
-      h = linear_relu(h, lin->weight->value, lin->bias ? lin->bias->value : Tensor());
+    if (next && next->is_relu() && m.fuses_relu() && !numerics_hooks() && !m.fp32_region() && !next->fp32_region()) {
+      h = m.forward_relu(h);
       ++i;
       continue;
     }

@@ -41,6 +41,14 @@ class Module {
   // FP32 regions see every layer; when neither is on it is forward(x) after one test.
   Tensor operator()(const Tensor& x) { return fp32_region_ || numerics_hooks() ? forward_watched(x) : forward(x); }
 
+  // Fusion, by what a module declares (Sequential asks): one whose forward a following ReLU can
+  // join in one op says so, and forward_relu(x) is relu(forward(x)) as that op; a plain ReLU
+  // says it is one. Conv2d, Linear and ReLU are final, so no subclass inherits a declaration its
+  // own forward would break.
+  virtual bool fuses_relu() const { return false; }
+  virtual Tensor forward_relu(const Tensor& x);  // an error unless fuses_relu()
+  virtual bool is_relu() const { return false; }
+
   // Runs this module in FP32 inside an FP16/BF16 model, as PyTorch's autocast(enabled=False)
   // around it: its parameters keep FP32 compute copies, its input is cast to FP32 on entry and
   // its output back to the autocast dtype on exit (so the rest of the model runs as before; an
@@ -100,12 +108,14 @@ class Sequential;
 int fold_batch_norm(Module& root, DType compute);
 
 // PyTorch's default initialisation for both: weights and biases uniform in +-1/sqrt(fan_in).
-class Conv2d : public Module {
+class Conv2d final : public Module {
  public:
   // groups > 1: grouped convolution (groups = in = out: depthwise), weight [out, k, k, in / groups].
   Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t pad = 0, bool bias = true,
          int64_t groups = 1);
   Tensor forward(const Tensor& x) override;
+  bool fuses_relu() const override { return true; }
+  Tensor forward_relu(const Tensor& x) override;  // conv2d_relu: the ReLU in the kernels' store
   std::string describe() const override;
   // Inference: folds a per-output-channel affine map that follows (y * scale + shift) into the
   // weights and bias (adding a bias if there is none), in FP64, rounded once. Returns false and
@@ -115,10 +125,12 @@ class Conv2d : public Module {
   int64_t stride, pad, groups = 1;
 };
 
-class Linear : public Module {
+class Linear final : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true);
   Tensor forward(const Tensor& x) override;
+  bool fuses_relu() const override { return true; }
+  Tensor forward_relu(const Tensor& x) override;  // linear_relu
   std::string describe() const override;
   ParamPtr weight, bias;  // weight [out, in]
 };
@@ -175,9 +187,10 @@ class Scale : public Module {
   double factor;
 };
 
-class ReLU : public Module {
+class ReLU final : public Module {
  public:
   Tensor forward(const Tensor& x) override { return relu(x); }
+  bool is_relu() const override { return true; }
   std::string describe() const override { return "ReLU"; }
 };
 

@@ -367,7 +367,7 @@ void SGD::state_refs(size_t i, cuda::ParamRefs& r) {
     r.state1 = momentum_buffers[i].data<float>();
     return;
   }
-  r.state_format = static_cast<uint8_t>(format_);
+  r.state_format = format_;
   r.qstate1 = momentum_buffers[i].raw();
   if (format_ == StateFormat::Int8) r.absmax1 = momentum_absmax[i].data<float>();
 }
@@ -466,7 +466,7 @@ void Adam::state_refs(size_t i, cuda::ParamRefs& r) {
     r.state2 = exp_avg_sq[i].data<float>();
     return;
   }
-  r.state_format = static_cast<uint8_t>(format_);
+  r.state_format = format_;
   r.qstate1 = exp_avg[i].raw();
   r.qstate2 = exp_avg_sq[i].raw();
   if (format_ == StateFormat::Int8) {

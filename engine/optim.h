@@ -16,11 +16,8 @@ class OptimizerPlan;
 struct ParamRefs;
 }
 
-// How the optimizer's state (momentum, Adam's moments) is stored (--optimizer-state): FP32, as
-// PyTorch; BF16, half the bytes with 8 bits of precision; or Int8, block-wise quantised codes
-// with one FP32 absmax per 256 values (kernels/quant_math.h), about a quarter of FP32's bytes.
-// The update itself runs in FP32 whatever the storage, and the FP32 masters stay.
-enum class StateFormat { F32, BF16, Int8 };
+// How the optimizer's state is stored (--optimizer-state): kernels/optim_math.h.
+using StateFormat = kernels::StateFormat;
 const char* state_format_name(StateFormat f);        // "fp32", "bf16", "int8"
 StateFormat parse_state_format(const std::string& s);  // the names above; an error otherwise
 

@@ -4,10 +4,18 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/hd.h"
 
 namespace kernels {
+
+// How the optimizer's state (momentum, Adam's moments) is stored (--optimizer-state): FP32, as
+// PyTorch; BF16, half the bytes with 8 bits of precision; or Int8, block-wise quantised codes
+// with one FP32 absmax per 256 values (kernels/quant_math.h), about a quarter of FP32's bytes.
+// The update itself runs in FP32 whatever the storage, and the FP32 masters stay. One type for
+// the engine's optimizer and both backends' plans.
+enum class StateFormat : uint8_t { F32 = 0, BF16 = 1, Int8 = 2 };
 
 // One parameter's group options (PyTorch's param_groups, reduced to what differs between the
 // groups here): its learning rate is the optimizer's times lr_scale, so a schedule that sets

@@ -119,3 +119,36 @@ TEST_CASE("Sequential fuses Conv2d + ReLU and Linear + ReLU without changing a b
     CHECK(same_bits(a[i], b[i]));
   }
 }
+
+namespace {
+// A module of our own that declares a fused form: Sequential must take it by the declaration.
+struct DeclaresFusion : engine::Module {
+  int fused_calls = 0;
+  Tensor forward(const Tensor& x) override { return engine::scale(x, 2.0); }
+  bool fuses_relu() const override { return true; }
+  Tensor forward_relu(const Tensor& x) override {
+    ++fused_calls;
+    return engine::relu(engine::scale(x, 2.0));
+  }
+  std::string describe() const override { return "DeclaresFusion"; }
+};
+}  // namespace
+
+TEST_CASE("Sequential fuses by what modules declare, not by their types", "[fusion][nn]") {
+  const Tensor x = engine::uniform({4, 8}, -1, 1, DType::F32);
+  auto own = std::make_shared<DeclaresFusion>();
+  engine::Sequential net;
+  net.add(own).add(std::make_shared<engine::ReLU>());
+  const Tensor y = net(x);
+  CHECK(own->fused_calls == 1);
+  CHECK(same_bits(y, engine::relu(engine::scale(x, 2.0))));
+  // Followed by something that is not a ReLU (GELU), it runs on its own.
+  engine::Sequential apart;
+  apart.add(own).add(std::make_shared<engine::GELU>());
+  apart(x);
+  CHECK(own->fused_calls == 1);
+  // A module without a fused form refuses to be asked for one.
+  engine::GELU gelu;
+  CHECK_FALSE(gelu.fuses_relu());
+  CHECK_THROWS_WITH(gelu.forward_relu(x), Catch::Contains("no fused form"));
+}

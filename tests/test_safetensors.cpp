@@ -1,5 +1,6 @@
 // safetensors: hand-written files read right, malformed ones refused; the models' export in
-// PyTorch's names and layouts, checked element by element; export/import round trips.
+// PyTorch's names and layouts, checked element by element; export/import round trips; the
+// FNV-1a hash that checkpoints and replicas share.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "engine/checkpoint.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
 #include "models/models.h"
@@ -291,4 +293,13 @@ TEST_CASE("safetensors import: mismatches are listed and nothing is loaded", "[s
     if (n == "0.1.running_var") t = Tensor::full({64}, -1.0, DType::F32);
   engine::save_safetensors(g.path, s9);
   REQUIRE_THROWS_WITH(models::import_safetensors(g.path, *r9b, "resnet9"), Contains("0.1.running_var holds a negative variance"));
+}
+
+TEST_CASE("fnv1a gives FNV-1a's published 64-bit values, carried over pieces alike", "[checkpoint]") {
+  // The reference values of the FNV authors' test suite (isthe.com/chongo/tech/comp/fnv).
+  const auto hash = [](const std::string& s) { return engine::fnv1a(engine::kFnv1aBasis, s.data(), s.size()); };
+  CHECK(hash("") == 0xcbf29ce484222325ull);
+  CHECK(hash("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(hash("foobar") == 0x85944171f73967e8ull);
+  CHECK(engine::fnv1a(hash("foo"), "bar", 3) == hash("foobar"));
 }

@@ -85,7 +85,7 @@ class CudaOptimizerPlan final : public OptimizerPlan {
       sl.weight_decay = p.weight_decay;
       sl.state1 = p.state1;
       sl.state2 = p.state2;
-      sl.state_format = static_cast<kc::StateFormat>(p.state_format);
+      sl.state_format = p.state_format;
       sl.qstate1 = p.qstate1;
       sl.qstate2 = p.qstate2;
       sl.absmax1 = p.absmax1;

@@ -23,9 +23,9 @@ struct ParamRefs {
   double lr_scale = 1.0, weight_decay = -1.0;  // its parameter group's (kernels/optim_math.h)
   float* state1 = nullptr;  // FP32 state
   float* state2 = nullptr;
-  // Compact state (--optimizer-state bf16 | int8): 1 = BF16 values in qstate, 2 = int8 codes in
+  // Compact state (--optimizer-state bf16 | int8): BF16 values in qstate, or int8 codes in
   // qstate with one FP32 absmax per 256 values; state1/state2 are then null.
-  uint8_t state_format = 0;
+  kernels::StateFormat state_format = kernels::StateFormat::F32;
   void* qstate1 = nullptr;
   void* qstate2 = nullptr;
   float* absmax1 = nullptr;

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "kernels/cpu/vector_math.h"
 #include "kernels/numeric.h"
@@ -24,8 +23,9 @@ struct Gelu16Table {
 // type. The loops are the ones the polynomial path runs, over every bit pattern in order.
 template <class T> const Gelu16Table& gelu16_table() {
   static_assert(sizeof(T) == 2, "FP16 and BF16 only");
-  static const std::unique_ptr<Gelu16Table> table = [] {
-    auto t = std::make_unique<Gelu16Table>();
+  // Never freed: a GELU running while the program exits must still find it.
+  static const Gelu16Table* const table = [] {
+    auto* t = new Gelu16Table;
     for (uint32_t b = 0; b < 65536; ++b) {
       const float x = load_simd(T::from_bits(static_cast<uint16_t>(b)));
       t->forward[b] = store_simd<T>(gelu_fwd_vec(x)).bits;

@@ -1,8 +1,8 @@
 // Float exp and the normal CDF written with adds, multiplies, one division and bit moves
 // only, so that a loop over them vectorises (libm's expf and erff are calls, one element at a
-// time): what the CPU's GELU runs on FP32, FP16 and BF16 data (GELU was 43% of airbench94's
-// BF16 step with libm's erf). Both within a few float ulps; tests/test_vector_math.cpp bounds
-// them against FP64 libm over the whole range.
+// time): what the CPU's GELU runs on FP32 data, and what its FP16/BF16 tables are built from
+// (gelu_table.h; GELU was 43% of airbench94's BF16 step with libm's erf). Both within a few
+// float ulps; tests/test_vector_math.cpp bounds them against FP64 libm over the whole range.
 #pragma once
 
 #include <cstdint>

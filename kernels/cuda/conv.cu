@@ -77,27 +77,29 @@ std::string dims_str(const ConvShape& d) {
 
 // ---- RAII descriptors ----------------------------------------------------------------------
 
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { CHECK_CUDNN(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
+// One owner for each kind of cuDNN descriptor: made by its Create, freed by its Destroy, never
+// copied. Kind names the call in an error (CHECK_CUDNN could only quote "Create(&d)").
+template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle), const char* Kind>
+struct CudnnDescriptor {
+  Handle d = nullptr;
+  CudnnDescriptor() {
+    const cudnnStatus_t status = Create(&d);
+    if (status != CUDNN_STATUS_SUCCESS)
+      throw_error(std::string("cudnnCreate") + Kind + "Descriptor failed: " + cudnnGetErrorString(status) +
+                      " (status " + std::to_string(static_cast<int>(status)) + ")",
+                  __FILE__, __LINE__);
+  }
+  ~CudnnDescriptor() { Destroy(d); }
+  CudnnDescriptor(const CudnnDescriptor&) = delete;
+  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
 };
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc() { CHECK_CUDNN(cudnnCreateFilterDescriptor(&d)); }
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-};
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc() { CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d)); }
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
-};
+constexpr char kTensorKind[] = "Tensor", kFilterKind[] = "Filter", kConvKind[] = "Convolution";
+using TensorDesc =
+    CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor, kTensorKind>;
+using FilterDesc =
+    CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor, kFilterKind>;
+using ConvDesc = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                 cudnnDestroyConvolutionDescriptor, kConvKind>;
 
 struct Descs {
   TensorDesc x, y;

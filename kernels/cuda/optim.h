@@ -20,10 +20,9 @@ const char* elem_type_name(ElemType t);
 // One parameter: n elements; grad in grad_type; FP32 master; state1 (SGD momentum buffer, or
 // Adam's m), state2 (Adam's v), null where unused; copy in copy_type, or null/None when the
 // master itself is the parameter's value.
-// How a slot's state is stored: FP32 in state1/state2, or compact in qstate1/qstate2 (BF16
-// values; int8 codes with one FP32 absmax per kQuantBlock values in absmax1/absmax2).
-enum class StateFormat : uint8_t { F32 = 0, BF16 = 1, Int8 = 2 };
-
+// A slot's state (kernels/optim_math.h StateFormat) is FP32 in state1/state2, or compact in
+// qstate1/qstate2 (BF16 values; int8 codes with one FP32 absmax per kQuantBlock values in
+// absmax1/absmax2).
 struct ParamSlot {
   const void* grad = nullptr;
   double lr_scale = 1.0, weight_decay = -1.0;  // the parameter group's (kernels/optim_math.h for_group)
