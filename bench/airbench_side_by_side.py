@@ -344,6 +344,14 @@ def variant(r):
     return ", ".join(parts)
 
 
+def system_of(r):
+    """A row's system as the table lists it: the twin by its layout, since NCHW and channels_last
+    run other kernels (and take other times), so their rows are never averaged together."""
+    if r["system"] != "twin":
+        return r["system"]
+    return "twin-cl" if r.get("channels_last") else "twin-nchw"
+
+
 def median_time(rs):
     """The median time to the result of the runs that had the machine to themselves ('-' if none)."""
     t = [r["seconds"] for r in rs if not r.get("time_shared")]
@@ -362,15 +370,15 @@ def table(rows):
     by, variants = {}, {}
     for r in rows:
         if variant(r):  # diagnostic runs listed apart, never averaged with the recipe's
-            variants.setdefault((r["system"], r["precision"], variant(r)), []).append(r)
+            variants.setdefault((system_of(r), r["precision"], variant(r)), []).append(r)
         else:
-            by.setdefault((r["system"], r["precision"]), []).append(r)
-    print(f"{'system':6} {'prec':5} {'seeds':>5} {'TTA mean':>9} {'SD':>6} {'no-TTA':>7} {'time s':>8}  per seed (TTA %)")
+            by.setdefault((system_of(r), r["precision"]), []).append(r)
+    print(f"{'system':9} {'prec':5} {'seeds':>5} {'TTA mean':>9} {'SD':>6} {'no-TTA':>7} {'time s':>8}  per seed (TTA %)")
     for (system, prec), rs in sorted(by.items()):
         rs.sort(key=lambda r: r["seed"])
         acc = [r["tta_accuracy"] for r in rs]
         sd = statistics.stdev(acc) if len(acc) > 1 else float("nan")
-        print(f"{system:6} {prec:5} {len(rs):5d} {statistics.mean(acc):9.2f} {sd:6.2f} "
+        print(f"{system:9} {prec:5} {len(rs):5d} {statistics.mean(acc):9.2f} {sd:6.2f} "
               f"{statistics.mean(r['accuracy'] for r in rs):7.2f} {median_time(rs):>8}  "
               + " ".join(f"{r['seed']}:{r['tta_accuracy']:.2f}" for r in rs))
     for (system, prec, what), rs in sorted(variants.items()):
@@ -393,11 +401,11 @@ def table(rows):
         if o and fp32:
             d, se3 = gap(o, fp32)
             print(f"ours {prec} - ours fp32 = {d:+.2f} points (3 standard errors {se3:.2f})")
-    for prec in sorted({p for _, p in by}):
-        o, t = by.get(("ours", prec)), by.get(("twin", prec))
+    for prec, twin in sorted({(p, s) for s, p in by if s.startswith("twin")}):
+        o, t = by.get(("ours", prec)), by.get((twin, prec))
         if o and t:
             d, se3 = gap(o, t)
-            print(f"{prec}: ours - twin = {d:+.2f} points (3 standard errors {se3:.2f})")
+            print(f"{prec}: ours - {twin} = {d:+.2f} points (3 standard errors {se3:.2f})")
             # Times only within one CPU (a sweep may span sessions on different machines).
             common = sorted(({r.get("cpu") for r in o} & {r.get("cpu") for r in t}) - {None})
             if not common:
@@ -409,7 +417,7 @@ def table(rows):
                 if not so_ or not st_:
                     print(f"    time to the result on {cpu}: no run of one side had the machine to itself")
                     continue
-                print(f"    time to the result on {cpu}: twin / ours = "
+                print(f"    time to the result on {cpu}: {twin} / ours = "
                       f"{statistics.median(st_) / statistics.median(so_):.2f}x ({len(so_)} and {len(st_)} runs)")
 
 
