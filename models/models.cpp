@@ -235,13 +235,14 @@ const std::vector<std::string>& model_names() {
   return names;
 }
 
-std::shared_ptr<Module> make_model(const std::string& name, int classes) {
+std::shared_ptr<Module> make_model(const std::string& name, int classes, const ModelOptions& options) {
+  if (name == "airbench94") return airbench94(classes, options.dirac, options.whitened);
+  ENGINE_CHECK(options.dirac && options.whitened, "the Dirac-init and whitening ablations apply to airbench94 only, not " << name);
   if (name == "simplecnn") return simplecnn(classes);
   if (name == "resnet9") return resnet9(classes);
   if (name == "resnet18") return resnet18(classes);
   if (name == "resnet50") return resnet50(classes);
   if (name == "efficientnet_b0") return efficientnet_b0(classes);
-  if (name == "airbench94") return airbench94(classes);
   ENGINE_FAIL("unknown model '" << name << "' (choose simplecnn, resnet9, resnet18, resnet50, efficientnet_b0 or airbench94)");
 }
 

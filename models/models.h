@@ -66,8 +66,14 @@ std::shared_ptr<engine::Module> airbench94(int classes = 10, bool dirac = true, 
 kernels::AugmentConfig input_normalisation(const std::string& model);
 
 const std::vector<std::string>& model_names();
-// The model by name; an unknown name is an engine::Error listing the known ones.
-std::shared_ptr<engine::Module> make_model(const std::string& name, int classes = 10);
+// A model's ablations (the trainer's --no-dirac, --no-whiten): only airbench94 has any.
+struct ModelOptions {
+  bool dirac = true;
+  bool whitened = true;
+};
+// The model by name; an unknown name, or an ablation of a model without it, is an
+// engine::Error.
+std::shared_ptr<engine::Module> make_model(const std::string& name, int classes = 10, const ModelOptions& options = {});
 
 // How a model's parameter paths and layouts map onto its PyTorch twin in
 // bench/pytorch_models.py, for the safetensors export and import (models/pytorch_weights.h).

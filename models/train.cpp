@@ -250,8 +250,7 @@ struct Training {
 
 Training make_training(const Config& cfg, int classes, engine::Device device, DType compute) {
   Training t;
-  t.model = cfg.model == "airbench94" ? models::airbench94(classes, cfg.dirac, cfg.whiten)
-                                       : models::make_model(cfg.model, classes);
+  t.model = models::make_model(cfg.model, classes, {cfg.dirac, cfg.whiten});
   if (cfg.model == "airbench94" && !cfg.whiten) std::fprintf(stderr, "--no-whiten: the first layer learns from its default init\n");
   t.layers = models::named_layers(*t.model, cfg.model);
   for (const auto& l : t.layers) t.hooks.names[l.module] = l.name;

@@ -414,6 +414,14 @@ TEST_CASE("airbench94 without Dirac init (the --no-dirac ablation) differs only 
   // --no-whiten: the first layer's weights learn (frozen in the recipe).
   CHECK_FALSE(with->named_parameters().front().second->trainable);
   CHECK(models::airbench94(10, true, false)->named_parameters().front().second->trainable);
+  // The same models by name, as the trainer builds them; other models have no such ablations.
+  CHECK_FALSE(models::make_model("airbench94", 10, {true, true})->named_parameters().front().second->trainable);
+  CHECK(models::make_model("airbench94", 10, {true, false})->named_parameters().front().second->trainable);
+  engine::manual_seed(12);
+  const auto by_name = models::make_model("airbench94", 10, {false, true})->named_parameters();
+  REQUIRE(by_name.size() == b.size());
+  for (size_t i = 0; i < b.size(); ++i) CHECK(by_name[i].second->master.to_vector() == b[i].second->master.to_vector());
+  CHECK_THROWS_WITH(models::make_model("simplecnn", 10, {false, true}), Catch::Contains("airbench94 only"));
 }
 
 TEST_CASE("the airbench94 recipe: its decays follow --batch-size as airbench derives them; --no-ema, --no-tta", "[airbench][cli]") {
