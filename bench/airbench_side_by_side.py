@@ -13,8 +13,9 @@ means, standard deviations and the gaps without running anything.
       [--build build] [--data DIR] [--threads 2] [--channels-last] [--epochs 9.9] [--table]
       [--results docs/airbench-runs.jsonl]   (the sweep's rows so far, kept with the tree)
 
-The twin's fp16 is skipped on a CPU without AVX512-FP16, where PyTorch's CPU fp16 is about 18x
-slower than its fp32 (--twin-fp16-anyway runs it). Diagnostics of the twin, listed apart from the
+The twin's fp16 is skipped on the CPU (--twin-fp16-anyway runs it): PyTorch's CPU fp16 took
+78 s a step on an AMD EPYC without AVX512-FP16 (18x its fp32), and on a Xeon with AVX512-FP16
+(AMX for BF16 only) had not finished its second step after 100 minutes; it waits for the GPU. Diagnostics of the twin, listed apart from the
 recipe's rows: --twin-weights 16bit (airbench's own dtypes: 16-bit weights and inputs, batch-norm
 in FP32, no master copy), 16bit-all (batch-norm 16-bit too) or fp16-autocast (FP16 weights and
 inputs under the precision's autocast, as airbench's code would run under CPU bf16 autocast), and
@@ -444,8 +445,8 @@ def main():
                     help="diagnostic: the twin stops after K epochs of the full schedule, its weights set to "
                          "the lookahead average (as at the recipe's end), and is evaluated (rows listed apart)")
     ap.add_argument("--twin-fp16-anyway", action="store_true",
-                    help="run the twin's fp16 even on a CPU without AVX512-FP16 (where a step of PyTorch's "
-                         "CPU fp16 took about 18x its fp32's)")
+                    help="run the twin's fp16 on the CPU anyway (a step of PyTorch's CPU fp16 took 18x its "
+                         "fp32's on an AMD EPYC, and more than half an hour on a Xeon with AVX512-FP16)")
     ap.add_argument("--ablate", choices=sorted(ABLATIONS), default=None,
                     help="our recipe with this piece off (--systems ours; rows listed apart)")
     ap.add_argument("--log-dir", default=os.path.join(ROOT, "build", "airbench"), help="our trainer's JSON logs")
@@ -471,7 +472,7 @@ def main():
         sys.exit("error: --stop-after-epochs and --twin-weights are the twin's diagnostics (--systems twin)")
     if a.ablate and systems != ["ours"]:
         sys.exit("error: --ablate switches off a piece of our recipe (--systems ours)")
-    fp16_ok = "avx512_fp16" in cpu_info()[1] or a.twin_fp16_anyway
+    fp16_ok = a.twin_fp16_anyway
     splits = None
     done = {key(r) for r in load_results(a.results)}
     for seed in parse_seeds(a.seeds):
@@ -486,10 +487,10 @@ def main():
                 if key(run) in done:
                     continue
                 if twin and prec == "fp16" and not fp16_ok:
-                    # Measured on an AMD EPYC with AVX512-BF16: 78 s a step at batch 1024 against 4.3 s
-                    # in fp32, so a run would take ten hours.
-                    print(f"twin fp16 seed {seed}: skipped, this CPU has no AVX512-FP16 and PyTorch's CPU fp16 "
-                          "is about 18x slower than its fp32 here (--twin-fp16-anyway runs it)", flush=True)
+                    # Measured at batch 1024: 78 s a step against 4.3 s in fp32 on an AMD EPYC (AVX512-BF16),
+                    # two steps unfinished after 100 minutes on a Xeon with AVX512-FP16 and AMX-BF16.
+                    print(f"twin fp16 seed {seed}: skipped, PyTorch's CPU fp16 takes ten hours or more a run "
+                          "on the CPUs measured (--twin-fp16-anyway runs it)", flush=True)
                     continue
                 print(f"[{time.strftime('%H:%M:%S')}] {system} {prec} seed {seed} ...", flush=True)
                 if system == "ours":
